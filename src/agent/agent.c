@@ -1,0 +1,705 @@
+/*
+ * cubicle-agent: the in-sandbox process runner.
+ *
+ * Runs as the container's main process (under tini, unprivileged) and
+ * executes programs on behalf of the cubicle server.  The server speaks to
+ * it over the container's attach stream: request frames arrive on stdin,
+ * response frames leave on stdout.  stderr carries diagnostics only.
+ *
+ * Frame (both directions): u32 BE payload length, u8 type, u32 BE exec id,
+ * then the payload.
+ *
+ *   server -> agent: 0x01 RUN, 0x02 KILL, 0x03 PING
+ *   agent -> server: 0x10 HELLO, 0x11 STDOUT, 0x12 STDERR, 0x13 EXIT,
+ *                    0x14 ERROR, 0x15 PONG
+ *
+ * The agent is single-threaded: one poll() loop multiplexes its own stdin,
+ * every child's stdout/stderr/stdin pipe and a signalfd for SIGCHLD, with
+ * the nearest deadline (timeout or post-exit drain) as the poll timeout.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HDR_LEN     9
+#define MAX_PAYLOAD (64u << 20)   /* largest frame payload we accept */
+#define CHUNK       (64 * 1024)   /* read size for child output */
+#define DRAIN_US    100000        /* how long to drain pipes after exit */
+
+enum {
+    F_RUN = 0x01, F_KILL = 0x02, F_PING = 0x03,
+    F_HELLO = 0x10, F_STDOUT = 0x11, F_STDERR = 0x12, F_EXIT = 0x13,
+    F_ERROR = 0x14, F_PONG = 0x15,
+};
+
+/* One running (or draining) execution. */
+struct exec {
+    struct exec *next;
+    uint32_t id;
+    pid_t pid;              /* main child; also its process group id */
+    int out[2];             /* read ends of child stdout/stderr, -1 = closed */
+    int in_fd;              /* write end of child stdin, -1 = closed */
+    char *in_buf;           /* pending stdin data (owned) */
+    size_t in_len, in_off;
+    uint64_t cap;           /* per-stream output cap, 0 = none */
+    uint64_t sent[2];       /* bytes forwarded per stream */
+    int truncated, timed_out, killed, exited, status;
+    struct rusage ru;
+    int64_t start_us, deadline_us, end_us;  /* deadline 0 = none */
+};
+
+/* A parsed RUN payload; strings point into the input buffer. */
+struct run_req {
+    uint64_t timeout_ms, cap;
+    char *cwd;
+    char **argv, **env;
+    size_t envc;
+    const char *in;
+    size_t in_len;
+};
+
+/* What the child reports through its CLOEXEC pipe if it cannot exec. */
+enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC };
+struct child_err { int stage, err; };
+
+static struct exec *execs;
+static int sig_fd = -1;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static uint32_t get_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Used when we are about to exit: no process group may outlive us. */
+static void kill_all(void)
+{
+    for (struct exec *e = execs; e; e = e->next)
+        if (!e->exited)
+            killpg(e->pid, SIGKILL);
+}
+
+static void die(int code, const char *why)
+{
+    if (why)
+        fprintf(stderr, "cubicle-agent: %s\n", why);
+    kill_all();
+    exit(code);
+}
+
+/*
+ * Write one whole frame.  stdout is shared by all executions, so a frame
+ * must go out completely before anything else is written; short writes and
+ * EINTR are retried.  If the server is gone there is nothing left to do.
+ */
+static void send_frame(uint8_t type, uint32_t id, const void *data, size_t len)
+{
+    unsigned char hdr[HDR_LEN] = {
+        (unsigned char)(len >> 24), (unsigned char)(len >> 16),
+        (unsigned char)(len >> 8), (unsigned char)len, type,
+        (unsigned char)(id >> 24), (unsigned char)(id >> 16),
+        (unsigned char)(id >> 8), (unsigned char)id,
+    };
+    struct iovec iov[2] = { { hdr, HDR_LEN }, { (void *)data, len } };
+    struct iovec *v = iov;
+    int cnt = 2;
+
+    while (cnt > 0) {
+        ssize_t n = writev(STDOUT_FILENO, v, cnt);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {   /* someone made our stdout nonblocking */
+                struct pollfd p = { STDOUT_FILENO, POLLOUT, 0 };
+                poll(&p, 1, -1);
+                continue;
+            }
+            die(1, "writing to stdout failed; server gone");
+        }
+        while (cnt > 0 && (size_t)n >= v->iov_len) {
+            n -= (ssize_t)v->iov_len;
+            v++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            v->iov_base = (char *)v->iov_base + n;
+            v->iov_len -= (size_t)n;
+        }
+    }
+}
+
+static void send_error(uint32_t id, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    send_frame(F_ERROR, id, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+}
+
+static struct exec *find_exec(uint32_t id)
+{
+    for (struct exec *e = execs; e; e = e->next)
+        if (e->id == id)
+            return e;
+    return NULL;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+static void set_nonblock(int fd)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* ---- child side ------------------------------------------------------ */
+
+static void child_fail(int fd, int stage)
+{
+    struct child_err ce = { stage, errno };
+    if (write(fd, &ce, sizeof ce) < 0) {
+        /* nothing we can do; the parent sees a successful exec + exit 127 */
+    }
+    _exit(127);
+}
+
+/* Make every fd >= 3 close on exec, so nothing of ours leaks into the child
+ * while the error pipe stays usable until exec succeeds. */
+static void cloexec_from_3(void)
+{
+#if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+#endif
+    struct rlimit rl;
+    long max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
+        max = (long)rl.rlim_cur;
+    for (int fd = 3; fd < max; fd++)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* Runs in the forked child; never returns.  The agent is single-threaded,
+ * so using non-async-signal-safe libc calls (putenv) after fork is fine. */
+static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, int ep)
+{
+    sigset_t none;
+
+    setpgid(0, 0);
+    for (int s = 1; s < NSIG; s++)   /* agent ignores SIGPIPE, etc. */
+        signal(s, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);   /* agent blocks SIGCHLD */
+
+    if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+        child_fail(ep, STAGE_SETUP);
+    cloexec_from_3();
+    if (r->cwd[0] && chdir(r->cwd) < 0)
+        child_fail(ep, STAGE_CHDIR);
+    /* Overrides go into our own environment so that a PATH override also
+     * governs the executable lookup, like `env PATH=... prog`. */
+    for (size_t i = 0; i < r->envc; i++)
+        if (putenv(r->env[i]) != 0)
+            child_fail(ep, STAGE_SETUP);
+    execvp(r->argv[0], r->argv);
+    child_fail(ep, STAGE_EXEC);
+}
+
+/* ---- RUN handling ---------------------------------------------------- */
+
+/* Next NUL-terminated string at *p, or NULL if the payload ends first. */
+static char *next_str(char **p, char *end)
+{
+    char *s = *p, *z = memchr(s, 0, (size_t)(end - s));
+    if (!z)
+        return NULL;
+    *p = z + 1;
+    return s;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!s || !*s)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns NULL on success or a description of what is malformed. */
+static const char *parse_run(char *p, size_t len, struct run_req *r)
+{
+    char *end = p + len;
+    uint64_t argc, envc;
+
+    memset(r, 0, sizeof *r);
+    if (parse_u64(next_str(&p, end), &r->timeout_ms))
+        return "bad timeout_ms";
+    if (parse_u64(next_str(&p, end), &r->cap))
+        return "bad max_output_bytes";
+    if (!(r->cwd = next_str(&p, end)))
+        return "missing cwd";
+    /* each string needs at least its NUL, which bounds the counts */
+    if (parse_u64(next_str(&p, end), &argc) || argc == 0 || argc > (uint64_t)(end - p))
+        return "bad argc";
+    r->argv = calloc(argc + 1, sizeof *r->argv);
+    if (!r->argv)
+        return "out of memory";
+    for (uint64_t i = 0; i < argc; i++)
+        if (!(r->argv[i] = next_str(&p, end)))
+            return "truncated argv";
+    if (!r->argv[0][0])
+        return "empty argv[0]";
+    if (parse_u64(next_str(&p, end), &envc) || envc > (uint64_t)(end - p))
+        return "bad envc";
+    r->env = calloc(envc + 1, sizeof *r->env);
+    if (!r->env)
+        return "out of memory";
+    for (r->envc = 0; r->envc < envc; r->envc++) {
+        char *kv = next_str(&p, end);
+        if (!kv)
+            return "truncated env";
+        if (kv[0] == '=' || !strchr(kv, '='))
+            return "env entry is not KEY=VALUE";
+        r->env[r->envc] = kv;
+    }
+    r->in = p;
+    r->in_len = (size_t)(end - p);
+    return NULL;
+}
+
+static void close_pair(int p[2])
+{
+    close_fd(&p[0]);
+    close_fd(&p[1]);
+}
+
+/* Wait for the child's verdict on exec.  EOF on the error pipe means exec
+ * succeeded (CLOEXEC closed it); otherwise report why and reap the child. */
+static int exec_failed(uint32_t id, pid_t pid, int ep, const struct run_req *r)
+{
+    struct child_err ce;
+    ssize_t n;
+
+    do
+        n = read(ep, &ce, sizeof ce);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof ce)
+        return 0;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    if (ce.stage == STAGE_CHDIR)
+        send_error(id, "cannot chdir to '%s': %s", r->cwd, strerror(ce.err));
+    else if (ce.stage == STAGE_EXEC)
+        send_error(id, "cannot run '%s': %s", r->argv[0], strerror(ce.err));
+    else
+        send_error(id, "cannot set up child for '%s': %s", r->argv[0], strerror(ce.err));
+    return 1;
+}
+
+/* Fork and exec one RUN.  On success the execution joins the poll loop;
+ * otherwise an ERROR frame is sent and nothing is left behind. */
+static void spawn(uint32_t id, const struct run_req *r)
+{
+    int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+    struct exec *e = calloc(1, sizeof *e);
+    char *buf = r->in_len ? malloc(r->in_len) : NULL;
+
+    if (!e || (r->in_len && !buf)) {
+        send_error(id, "out of memory");
+        goto fail;
+    }
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
+        pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) {
+        send_error(id, "cannot create pipes: %s", strerror(errno));
+        goto fail;
+    }
+    e->start_us = now_us();
+    pid_t pid = fork();
+    if (pid == 0)
+        run_child(r, in[0], out[1], err[1], ep[1]);
+    if (pid < 0) {
+        send_error(id, "cannot fork: %s", strerror(errno));
+        goto fail;
+    }
+    setpgid(pid, pid);   /* also done by the child; whoever is first wins */
+    close_fd(&in[0]);
+    close_fd(&out[1]);
+    close_fd(&err[1]);
+    close_fd(&ep[1]);
+    if (exec_failed(id, pid, ep[0], r))
+        goto fail;
+
+    e->id = id;
+    e->pid = pid;
+    e->out[0] = out[0];
+    e->out[1] = err[0];
+    e->in_fd = in[1];
+    out[0] = err[0] = in[1] = -1;   /* now owned by e */
+    e->cap = r->cap;
+    /* clamp absurd timeouts instead of overflowing the deadline */
+    if (r->timeout_ms)
+        e->deadline_us = e->start_us + 1000 * (int64_t)(r->timeout_ms < 1000000000000ULL
+                                                        ? r->timeout_ms : 1000000000000ULL);
+    set_nonblock(e->out[0]);
+    set_nonblock(e->out[1]);
+    set_nonblock(e->in_fd);
+    if (buf) {
+        memcpy(buf, r->in, r->in_len);
+        e->in_buf = buf;
+        e->in_len = r->in_len;
+    } else {
+        close_fd(&e->in_fd);   /* no stdin data: child sees EOF at once */
+    }
+    e->next = execs;
+    execs = e;
+    e = NULL;
+    buf = NULL;
+fail:
+    free(e);
+    free(buf);
+    close_pair(in);
+    close_pair(out);
+    close_pair(err);
+    close_pair(ep);
+}
+
+static void handle_run(uint32_t id, char *payload, size_t len)
+{
+    struct run_req r;
+    const char *bad = parse_run(payload, len, &r);
+
+    if (bad)
+        send_error(id, "malformed RUN: %s", bad);
+    else if (id == 0)
+        send_error(id, "malformed RUN: exec id 0 is reserved");
+    else if (find_exec(id))
+        send_error(id, "exec id %u is already in use", id);
+    else
+        spawn(id, &r);
+    free(r.argv);
+    free(r.env);
+}
+
+static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size_t len)
+{
+    struct exec *e;
+
+    switch (type) {
+    case F_RUN:
+        handle_run(id, (char *)payload, len);
+        break;
+    case F_KILL:
+        e = find_exec(id);
+        if (e && !e->exited) {   /* an exited one's group is already dead */
+            killpg(e->pid, SIGKILL);
+            e->killed = 1;
+        }
+        break;
+    case F_PING:
+        send_frame(F_PONG, id, payload, len);
+        break;
+    default:
+        send_error(id, "unknown frame type 0x%02x", type);
+        break;
+    }
+}
+
+/* ---- server input ---------------------------------------------------- */
+
+static unsigned char *ibuf;
+static size_t ilen, icap;
+
+/* Read what the server sent and dispatch every complete frame.  Frames may
+ * arrive split across reads or several per read. */
+static void read_input(void)
+{
+    size_t want = ilen + CHUNK;
+    if (ilen >= HDR_LEN && HDR_LEN + (size_t)get_be32(ibuf) > want)
+        want = HDR_LEN + get_be32(ibuf);   /* header already validated */
+    if (want > icap) {
+        unsigned char *nb = realloc(ibuf, want);
+        if (!nb)
+            die(1, "out of memory for input buffer");
+        ibuf = nb;
+        icap = want;
+    }
+
+    ssize_t n = read(STDIN_FILENO, ibuf + ilen, icap - ilen);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n == 0)
+        die(0, NULL);   /* server closed the connection */
+    if (n < 0)
+        die(1, "reading stdin failed");
+    ilen += (size_t)n;
+
+    size_t off = 0;
+    while (ilen - off >= HDR_LEN) {
+        unsigned char *h = ibuf + off;
+        uint32_t len = get_be32(h), id = get_be32(h + 5);
+        if (len > MAX_PAYLOAD) {
+            /* we cannot skip what we will not buffer: stream is lost */
+            send_error(id, "frame payload of %u bytes exceeds the %u byte limit",
+                       len, MAX_PAYLOAD);
+            die(2, "oversized frame");
+        }
+        if (ilen - off - HDR_LEN < len)
+            break;
+        handle_frame(h[4], id, h + HDR_LEN, len);
+        off += HDR_LEN + len;
+    }
+    memmove(ibuf, ibuf + off, ilen - off);
+    ilen -= off;
+    if (ilen == 0 && icap > 4 * CHUNK) {   /* give back a big RUN's memory */
+        free(ibuf);
+        ibuf = NULL;
+        icap = 0;
+    }
+}
+
+/* ---- execution I/O and lifecycle ------------------------------------- */
+
+/* Forward one chunk of child output, honouring the per-stream cap.  Beyond
+ * the cap we keep reading and discarding so the child never blocks. */
+static void pump_output(struct exec *e, int s)
+{
+    static char buf[CHUNK];
+    ssize_t n = read(e->out[s], buf, sizeof buf);
+
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        close_fd(&e->out[s]);
+        return;
+    }
+    size_t fwd = (size_t)n;
+    if (e->cap && fwd > e->cap - e->sent[s]) {
+        fwd = (size_t)(e->cap - e->sent[s]);
+        e->truncated = 1;
+    }
+    if (fwd) {
+        send_frame(s ? F_STDERR : F_STDOUT, e->id, buf, fwd);
+        e->sent[s] += fwd;
+    }
+}
+
+static void close_stdin(struct exec *e)
+{
+    close_fd(&e->in_fd);
+    free(e->in_buf);
+    e->in_buf = NULL;
+}
+
+/* Feed stdin data as far as the pipe takes it; never block the agent. */
+static void pump_stdin(struct exec *e)
+{
+    while (e->in_off < e->in_len) {
+        ssize_t n = write(e->in_fd, e->in_buf + e->in_off, e->in_len - e->in_off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0)
+            break;   /* EPIPE etc.: the child does not want more */
+        e->in_off += (size_t)n;
+    }
+    close_stdin(e);
+}
+
+/* Collect exited main children.  waitid(WNOWAIT) first, so the zombie still
+ * pins the pid/pgid while we SIGKILL the rest of its group; only then reap. */
+static void reap(void)
+{
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof si) > 0)
+        ;
+    for (struct exec *e = execs; e; e = e->next) {
+        siginfo_t info;
+        if (e->exited)
+            continue;
+        info.si_pid = 0;
+        if (waitid(P_PID, (id_t)e->pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+            info.si_pid == 0)
+            continue;
+        killpg(e->pid, SIGKILL);   /* background processes die with it */
+        while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
+            ;
+        e->exited = 1;
+        e->end_us = now_us();
+        close_stdin(e);
+    }
+}
+
+static void check_timeouts(int64_t now)
+{
+    for (struct exec *e = execs; e; e = e->next) {
+        if (e->exited || e->killed || !e->deadline_us || now < e->deadline_us)
+            continue;
+        killpg(e->pid, SIGKILL);
+        e->killed = e->timed_out = 1;
+    }
+}
+
+/* Send EXIT and forget the execution. */
+static void finish(struct exec *e)
+{
+    char msg[160];
+    int code = -1, sig = 0;
+
+    close_fd(&e->out[0]);
+    close_fd(&e->out[1]);
+    close_stdin(e);
+    if (WIFEXITED(e->status))
+        code = WEXITSTATUS(e->status);
+    else if (WIFSIGNALED(e->status))
+        sig = WTERMSIG(e->status);
+    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld", code, sig, e->timed_out,
+                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss);
+    send_frame(F_EXIT, e->id, msg, (size_t)n);
+    free(e);
+}
+
+/* An execution is done once its child is reaped and its pipes reached EOF,
+ * or the drain grace period ran out (something escaped the process group
+ * with setsid and holds the pipes open). */
+static void finish_completed(int64_t now)
+{
+    for (struct exec **pp = &execs; *pp;) {
+        struct exec *e = *pp;
+        if (e->exited && ((e->out[0] < 0 && e->out[1] < 0) || now >= e->end_us + DRAIN_US)) {
+            *pp = e->next;
+            finish(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+/* Milliseconds until the nearest deadline, or -1 for none. */
+static int poll_timeout(int64_t now)
+{
+    int64_t next = -1;
+    for (struct exec *e = execs; e; e = e->next) {
+        int64_t t = e->exited ? e->end_us + DRAIN_US
+                  : (e->deadline_us && !e->killed) ? e->deadline_us : -1;
+        if (t >= 0 && (next < 0 || t < next))
+            next = t;
+    }
+    if (next < 0)
+        return -1;
+    int64_t ms = (next - now + 999) / 1000;
+    return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* ---- main loop ------------------------------------------------------- */
+
+struct slot { struct exec *e; int which; };   /* which: 0/1 output, 2 stdin */
+
+static void setup(void)
+{
+    /* children get fds 0-2 via dup2, so ours must exist to keep pipes >= 3 */
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+            exit(1);
+    signal(SIGPIPE, SIG_IGN);   /* a dead reader must be an EPIPE, not death */
+
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sig_fd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sig_fd < 0)
+        die(1, "signalfd failed");
+}
+
+int main(void)
+{
+    struct pollfd *pfd = NULL;
+    struct slot *slot = NULL;
+    size_t cap = 0;
+
+    setup();
+    static const char hello[] = "cubicle-agent 1";
+    send_frame(F_HELLO, 0, hello, sizeof hello - 1);
+
+    for (;;) {
+        size_t n = 0, need = 2;
+        for (struct exec *e = execs; e; e = e->next)
+            need += 3;
+        if (need > cap) {
+            pfd = realloc(pfd, need * sizeof *pfd);
+            slot = realloc(slot, need * sizeof *slot);
+            if (!pfd || !slot)
+                die(1, "out of memory for poll set");
+            cap = need;
+        }
+        pfd[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
+        pfd[n++] = (struct pollfd){ sig_fd, POLLIN, 0 };
+        for (struct exec *e = execs; e; e = e->next) {
+            for (int w = 0; w < 3; w++) {
+                int fd = w < 2 ? e->out[w] : e->in_fd;
+                if (fd < 0)
+                    continue;
+                slot[n] = (struct slot){ e, w };
+                pfd[n++] = (struct pollfd){ fd, w < 2 ? POLLIN : POLLOUT, 0 };
+            }
+        }
+
+        if (poll(pfd, n, poll_timeout(now_us())) < 0) {
+            if (errno == EINTR)
+                continue;
+            die(1, "poll failed");
+        }
+        /* Child I/O first; nothing below removes executions until
+         * finish_completed, so the slots stay valid. */
+        for (size_t i = 2; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            if (slot[i].which < 2)
+                pump_output(slot[i].e, slot[i].which);
+            else if (slot[i].e->in_fd >= 0)
+                pump_stdin(slot[i].e);
+        }
+        if (pfd[1].revents)
+            reap();
+        if (pfd[0].revents)
+            read_input();
+        int64_t now = now_us();
+        check_timeouts(now);
+        finish_completed(now);
+    }
+}

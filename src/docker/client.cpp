@@ -1,0 +1,409 @@
+#include "docker/client.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <deque>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "common/json.hpp"
+
+namespace cubicle::docker {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using Socket = asio::generic::stream_protocol::socket;
+using asio::use_awaitable;
+constexpr auto use_tuple = asio::as_tuple(use_awaitable);
+
+constexpr std::string_view min_api = "1.41";
+constexpr std::string_view max_api = "1.45";
+constexpr std::size_t max_idle_connections = 8;
+
+// Compares "1.41"-style versions numerically.
+int compare_versions(std::string_view a, std::string_view b) {
+    auto split = [](std::string_view v) {
+        int major = 0, minor = 0;
+        auto dot = v.find('.');
+        std::from_chars(v.data(), v.data() + (dot == v.npos ? v.size() : dot), major);
+        if (dot != v.npos) std::from_chars(v.data() + dot + 1, v.data() + v.size(), minor);
+        return std::pair{major, minor};
+    };
+    auto pa = split(a), pb = split(b);
+    return pa < pb ? -1 : pa > pb ? 1 : 0;
+}
+
+// The daemon's {"message": "..."} on errors, or the raw body.
+std::string daemon_message(const std::string& body) {
+    json::Document doc;
+    if (!doc.parse(body)) {
+        std::string_view message;
+        if (doc.root()["message"].get(message) == simdjson::SUCCESS) return std::string(message);
+    }
+    auto text = body.substr(0, 500);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return text;
+}
+
+Client::Response check(Client::Response response, std::string_view what) {
+    if (response.status >= 400) {
+        throw Error(response.status, fmt::format("{}: {} (HTTP {})", what, daemon_message(response.body), response.status));
+    }
+    return response;
+}
+
+// A connection handed over after the HTTP upgrade; writes are queued so that
+// concurrent senders never interleave.
+class HijackedStream final : public RawStream {
+public:
+    HijackedStream(Socket socket, std::string leftover)
+        : socket_(std::move(socket)), leftover_(std::move(leftover)) {}
+
+    asio::awaitable<std::size_t> read_some(char* data, std::size_t size) override {
+        if (offset_ < leftover_.size()) {
+            std::size_t n = std::min(size, leftover_.size() - offset_);
+            std::memcpy(data, leftover_.data() + offset_, n);
+            offset_ += n;
+            co_return n;
+        }
+        auto [ec, n] = co_await socket_.async_read_some(asio::buffer(data, size), use_tuple);
+        co_return ec ? 0 : n;
+    }
+
+    void send(std::string data) override {
+        queue_.push_back(std::move(data));
+        if (writing_) return;
+        writing_ = true;
+        asio::co_spawn(socket_.get_executor(), drain(), asio::detached);
+    }
+
+    void close() override {
+        boost::system::error_code ignored;
+        socket_.shutdown(Socket::shutdown_both, ignored);
+        socket_.close(ignored);
+    }
+
+private:
+    asio::awaitable<void> drain() {
+        while (!queue_.empty()) {
+            std::string data = std::move(queue_.front());
+            queue_.pop_front();
+            auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_tuple);
+            if (ec) {
+                queue_.clear();
+                close();
+            }
+        }
+        writing_ = false;
+    }
+
+    Socket socket_;
+    std::string leftover_;
+    std::size_t offset_ = 0;
+    std::deque<std::string> queue_;
+    bool writing_ = false;
+};
+
+} // namespace
+
+std::string Endpoint::describe() const {
+    return kind == Kind::unix_socket ? "unix://" + path : "tcp://" + host + ":" + port;
+}
+
+Endpoint parse_docker_host(std::string_view docker_host) {
+    Endpoint endpoint;
+    if (docker_host.empty()) {
+        endpoint.path = "/var/run/docker.sock";
+        return endpoint;
+    }
+    if (docker_host.starts_with("unix://")) {
+        endpoint.path = std::string(docker_host.substr(7));
+        if (endpoint.path.empty()) throw std::invalid_argument("DOCKER_HOST unix:// needs a socket path");
+        return endpoint;
+    }
+    if (docker_host.starts_with("tcp://")) {
+        auto rest = docker_host.substr(6);
+        if (auto slash = rest.find('/'); slash != rest.npos) rest = rest.substr(0, slash);
+        auto colon = rest.rfind(':');
+        endpoint.kind = Endpoint::Kind::tcp;
+        endpoint.host = std::string(colon == rest.npos ? rest : rest.substr(0, colon));
+        endpoint.port = colon == rest.npos ? "2375" : std::string(rest.substr(colon + 1));
+        if (endpoint.host.starts_with('[') && endpoint.host.ends_with(']'))
+            endpoint.host = endpoint.host.substr(1, endpoint.host.size() - 2);
+        if (endpoint.host.empty()) throw std::invalid_argument("DOCKER_HOST tcp:// needs a host");
+        return endpoint;
+    }
+    throw std::invalid_argument(fmt::format(
+        "unsupported DOCKER_HOST '{}': use unix:///path/to/docker.sock or tcp://host:port", docker_host));
+}
+
+std::string url_encode(std::string_view text) {
+    std::string out;
+    for (unsigned char c : text) {
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+            out += static_cast<char>(c);
+        } else {
+            out += fmt::format("%{:02X}", c);
+        }
+    }
+    return out;
+}
+
+bool DaemonInfo::nvidia_runtime() const {
+    return std::find(runtimes.begin(), runtimes.end(), "nvidia") != runtimes.end();
+}
+
+struct Client::Impl {
+    asio::any_io_executor executor;
+    Endpoint endpoint;
+    std::string api_version{min_api};
+    std::vector<Socket> idle;
+
+    asio::awaitable<Socket> open() {
+        Socket socket(executor);
+        boost::system::error_code ec;
+        if (endpoint.kind == Endpoint::Kind::unix_socket) {
+            asio::generic::stream_protocol::endpoint target{asio::local::stream_protocol::endpoint(endpoint.path)};
+            std::tie(ec) = co_await socket.async_connect(target, use_tuple);
+        } else {
+            asio::ip::tcp::resolver resolver(executor);
+            auto [resolve_ec, results] = co_await resolver.async_resolve(endpoint.host, endpoint.port, use_tuple);
+            ec = resolve_ec;
+            for (const auto& entry : results) {
+                boost::system::error_code ignored;
+                socket.close(ignored);
+                std::tie(ec) = co_await socket.async_connect(asio::generic::stream_protocol::endpoint(entry.endpoint()), use_tuple);
+                if (!ec) break;
+            }
+        }
+        if (ec) {
+            throw Error(0, fmt::format("cannot reach the Docker daemon at {}: {} (is Docker running? "
+                                       "DOCKER_HOST selects another daemon)",
+                                       endpoint.describe(), ec.message()));
+        }
+        co_return socket;
+    }
+
+    http::request<http::string_body> make_request(http::verb verb, std::string target) const {
+        http::request<http::string_body> req{verb, std::move(target), 11};
+        req.set(http::field::host, "docker");
+        req.set(http::field::user_agent, "cubicle/" CUBICLE_VERSION);
+        return req;
+    }
+};
+
+Client::Client(asio::any_io_executor executor, Endpoint endpoint)
+    : impl_(std::make_unique<Impl>(Impl{std::move(executor), std::move(endpoint)})) {}
+
+Client::~Client() = default;
+
+const std::string& Client::api_version() const { return impl_->api_version; }
+
+asio::awaitable<void> Client::connect() {
+    Socket socket = co_await impl_->open();
+    auto req = impl_->make_request(http::verb::get, "/_ping");
+    beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    auto [rec, n] = co_await http::async_write(socket, req, use_tuple);
+    if (!rec) std::tie(rec, n) = co_await http::async_read(socket, buffer, res, use_tuple);
+    if (rec) throw Error(0, fmt::format("the Docker daemon at {} did not answer /_ping: {}", impl_->endpoint.describe(), rec.message()));
+    if (res.result_int() != 200) throw Error(res.result_int(), fmt::format("the Docker daemon at {} answered /_ping with HTTP {}", impl_->endpoint.describe(), res.result_int()));
+    std::string version(res["Api-Version"]);
+    if (version.empty()) version = std::string(min_api);
+    if (compare_versions(version, min_api) < 0) {
+        throw Error(0, fmt::format("the Docker daemon speaks API {}, cubicle needs {} or newer (Docker 20.10+)", version, min_api));
+    }
+    impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
+}
+
+asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type) {
+    auto verb = http::string_to_verb(method);
+    for (int attempt = 0;; ++attempt) {
+        // No co_await inside ?: here: GCC 12 miscompiles it (the socket is destroyed).
+        bool reused = !impl_->idle.empty();
+        std::optional<Socket> connection;
+        if (reused) {
+            connection.emplace(std::move(impl_->idle.back()));
+            impl_->idle.pop_back();
+        } else {
+            connection.emplace(co_await impl_->open());
+        }
+        Socket& socket = *connection;
+        auto req = impl_->make_request(verb, "/v" + impl_->api_version + target);
+        req.keep_alive(true);
+        if (!body.empty() || verb == http::verb::post || verb == http::verb::put) {
+            req.set(http::field::content_type, content_type);
+            req.body() = body;
+        }
+        req.prepare_payload();
+        beast::flat_buffer buffer;
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(std::uint64_t(1) << 31);
+        auto [ec, n] = co_await http::async_write(socket, req, use_tuple);
+        if (!ec) std::tie(ec, n) = co_await http::async_read(socket, buffer, parser, use_tuple);
+        if (ec) {
+            // An idle keep-alive connection the daemon closed: try once on a fresh one.
+            if (reused && attempt == 0) continue;
+            throw Error(0, fmt::format("{} {}: connection to the Docker daemon failed: {}", method, target, ec.message()));
+        }
+        auto res = parser.release();
+        if (res.keep_alive() && buffer.size() == 0 && impl_->idle.size() < max_idle_connections) {
+            impl_->idle.push_back(std::move(socket));
+        }
+        co_return Response{res.result_int(), std::move(res.body())};
+    }
+}
+
+asio::awaitable<std::string> Client::create_container(std::string config_json, std::string name) {
+    std::string target = "/containers/create";
+    if (!name.empty()) target += "?name=" + url_encode(name);
+    auto res = check(co_await request("POST", target, std::move(config_json)), "creating the container failed");
+    json::Document doc;
+    std::string_view id;
+    if (doc.parse(res.body) || doc.root()["Id"].get(id) != simdjson::SUCCESS) {
+        throw Error(res.status, "the Docker daemon returned no container id");
+    }
+    co_return std::string(id);
+}
+
+asio::awaitable<void> Client::start_container(std::string id) {
+    check(co_await request("POST", "/containers/" + id + "/start"), "starting the container failed");
+}
+
+asio::awaitable<void> Client::kill_container(std::string id, std::string signal) {
+    auto res = co_await request("POST", "/containers/" + id + "/kill?signal=" + url_encode(signal));
+    if (res.status != 409 && res.status != 404) check(res, "killing the container failed");  // 409: not running
+}
+
+asio::awaitable<void> Client::remove_container(std::string id) {
+    auto res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
+    if (res.status != 404) check(res, "removing the container failed");
+}
+
+asio::awaitable<std::string> Client::inspect_container(std::string id) {
+    co_return check(co_await request("GET", "/containers/" + id + "/json"), "inspecting the container failed").body;
+}
+
+asio::awaitable<std::vector<ContainerSummary>> Client::list_containers(std::string label_filter) {
+    json::Writer filters;
+    filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();
+    auto res = check(co_await request("GET", "/containers/json?all=1&filters=" + url_encode(filters.str())),
+                     "listing containers failed");
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable container list: " + *error);
+    std::vector<ContainerSummary> out;
+    simdjson::dom::array items;
+    if (doc.root().get(items) != simdjson::SUCCESS) co_return out;
+    for (auto item : items) {
+        ContainerSummary summary;
+        std::string_view text;
+        if (item["Id"].get(text) == simdjson::SUCCESS) summary.id = text;
+        if (item["State"].get(text) == simdjson::SUCCESS) summary.state = text;
+        if (item["Created"].get(summary.created) != simdjson::SUCCESS) summary.created = 0;
+        simdjson::dom::object labels;
+        if (item["Labels"].get(labels) == simdjson::SUCCESS) {
+            for (auto [key, value] : labels) {
+                if (value.get(text) == simdjson::SUCCESS) summary.labels[std::string(key)] = text;
+            }
+        }
+        out.push_back(std::move(summary));
+    }
+    co_return out;
+}
+
+asio::awaitable<void> Client::put_archive(std::string id, std::string path, std::string tar) {
+    check(co_await request("PUT", "/containers/" + id + "/archive?path=" + url_encode(path), std::move(tar), "application/x-tar"),
+          fmt::format("copying files into the container at {} failed", path));
+}
+
+asio::awaitable<std::string> Client::get_archive(std::string id, std::string path) {
+    co_return check(co_await request("GET", "/containers/" + id + "/archive?path=" + url_encode(path)),
+                    fmt::format("copying {} out of the container failed", path))
+        .body;
+}
+
+asio::awaitable<std::unique_ptr<RawStream>> Client::attach(std::string id) {
+    Socket socket = co_await impl_->open();
+    auto req = impl_->make_request(http::verb::post, "/v" + impl_->api_version + "/containers/" + id +
+                                                         "/attach?stream=1&stdin=1&stdout=1&stderr=1");
+    req.set(http::field::connection, "Upgrade");
+    req.set(http::field::upgrade, "tcp");
+    req.prepare_payload();
+    auto [wec, wn] = co_await http::async_write(socket, req, use_tuple);
+    if (wec) throw Error(0, "attaching to the container failed: " + wec.message());
+    beast::flat_buffer buffer;
+    http::response_parser<http::empty_body> parser;
+    auto [rec, rn] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
+    if (rec) throw Error(0, "attaching to the container failed: " + rec.message());
+    unsigned status = parser.get().result_int();
+    if (status != 101 && status != 200) throw Error(status, fmt::format("attaching to the container failed (HTTP {})", status));
+    // Bytes of the raw stream may already sit behind the header in the buffer.
+    auto data = buffer.data();
+    std::string leftover(static_cast<const char*>(data.data()), data.size());
+    co_return std::make_unique<HijackedStream>(std::move(socket), std::move(leftover));
+}
+
+asio::awaitable<std::optional<ImageInfo>> Client::inspect_image(std::string image) {
+    auto res = co_await request("GET", "/images/" + url_encode(image) + "/json");
+    if (res.status == 404) co_return std::nullopt;
+    check(res, fmt::format("inspecting image {} failed", image));
+    json::Document doc;
+    ImageInfo info;
+    if (!doc.parse(res.body)) {
+        std::string_view text;
+        if (doc.root()["Id"].get(text) == simdjson::SUCCESS) info.id = text;
+        if (doc.root()["Architecture"].get(text) == simdjson::SUCCESS) info.architecture = text;
+    }
+    co_return info;
+}
+
+asio::awaitable<void> Client::pull_image(std::string image) {
+    std::string name = image, tag = "latest";
+    auto slash = image.rfind('/');
+    auto colon = image.rfind(':');
+    if (image.find('@') == std::string::npos && colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
+        name = image.substr(0, colon);
+        tag = image.substr(colon + 1);
+    }
+    auto res = check(co_await request("POST", "/images/create?fromImage=" + url_encode(name) + "&tag=" + url_encode(tag)),
+                     fmt::format("pulling image {} failed", image));
+    // Failures can also arrive inside the progress stream, one JSON object per line.
+    std::string_view body = res.body;
+    while (!body.empty()) {
+        auto end = body.find('\n');
+        auto line = body.substr(0, end);
+        body = end == body.npos ? std::string_view{} : body.substr(end + 1);
+        json::Document doc;
+        std::string_view error;
+        if (!doc.parse(std::string(line)) && doc.root()["error"].get(error) == simdjson::SUCCESS) {
+            throw Error(500, fmt::format("pulling image {} failed: {}", image, error));
+        }
+    }
+}
+
+asio::awaitable<DaemonInfo> Client::info() {
+    auto res = check(co_await request("GET", "/info"), "reading daemon info failed");
+    DaemonInfo out;
+    out.api_version = impl_->api_version;
+    json::Document doc;
+    simdjson::dom::object runtimes;
+    if (!doc.parse(res.body) && doc.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
+        for (auto [key, value] : runtimes) out.runtimes.emplace_back(key);
+    }
+    co_return out;
+}
+
+} // namespace cubicle::docker

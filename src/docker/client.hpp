@@ -1,0 +1,117 @@
+// A Docker Engine API client over the daemon's socket (unix:// or tcp://).
+// Knows nothing of MCP; every call is a coroutine.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+namespace cubicle::docker {
+
+namespace asio = boost::asio;
+
+// Where the daemon listens, parsed from DOCKER_HOST.
+struct Endpoint {
+    enum class Kind { unix_socket, tcp } kind = Kind::unix_socket;
+    std::string path;  // unix socket path
+    std::string host;  // tcp host
+    std::string port;  // tcp port
+    std::string describe() const;
+};
+
+// Throws std::invalid_argument for an unsupported or malformed DOCKER_HOST.
+Endpoint parse_docker_host(std::string_view docker_host);
+
+// A failure reported by the daemon (status >= 400) or in reaching it (status 0).
+class Error : public std::runtime_error {
+public:
+    Error(unsigned status, std::string message)
+        : std::runtime_error(std::move(message)), status_(status) {}
+    unsigned status() const { return status_; }
+
+private:
+    unsigned status_;
+};
+
+// A connection taken over after an HTTP upgrade (attach, exec start): raw bytes
+// in both directions.
+class RawStream {
+public:
+    virtual ~RawStream() = default;
+    // Reads what is available (at least one byte); returns 0 at end of stream.
+    virtual asio::awaitable<std::size_t> read_some(char* data, std::size_t size) = 0;
+    // Queues `data` for writing; writes happen in order and never interleave.
+    virtual void send(std::string data) = 0;
+    virtual void close() = 0;
+};
+
+struct ContainerSummary {
+    std::string id;
+    std::string state;  // created, running, exited, dead, ...
+    std::int64_t created = 0;  // unix seconds
+    std::map<std::string, std::string> labels;
+};
+
+struct ImageInfo {
+    std::string id;
+    std::string architecture;
+};
+
+struct DaemonInfo {
+    std::string api_version;
+    std::vector<std::string> runtimes;
+    bool nvidia_runtime() const;
+};
+
+class Client {
+public:
+    Client(asio::any_io_executor executor, Endpoint endpoint);
+    ~Client();
+    Client(const Client&) = delete;
+    Client& operator=(const Client&) = delete;
+
+    // Negotiates the API version from /_ping (floor 1.41). Throws Error with a
+    // clear message when the daemon cannot be reached.
+    asio::awaitable<void> connect();
+    const std::string& api_version() const;
+
+    asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});
+    asio::awaitable<void> start_container(std::string id);
+    asio::awaitable<void> kill_container(std::string id, std::string signal = "KILL");
+    // Kills if needed and removes the container with its anonymous volumes.
+    asio::awaitable<void> remove_container(std::string id);
+    asio::awaitable<std::string> inspect_container(std::string id);
+    asio::awaitable<std::vector<ContainerSummary>> list_containers(std::string label_filter);
+    asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
+    asio::awaitable<std::string> get_archive(std::string id, std::string path);
+    // Attaches to stdin/stdout/stderr of a created or running container.
+    asio::awaitable<std::unique_ptr<RawStream>> attach(std::string id);
+    // nullopt when the image is not present locally.
+    asio::awaitable<std::optional<ImageInfo>> inspect_image(std::string image);
+    // Pulls an image; throws Error with the daemon's message on failure.
+    asio::awaitable<void> pull_image(std::string image);
+    asio::awaitable<DaemonInfo> info();
+
+    struct Response {
+        unsigned status = 0;
+        std::string body;
+    };
+    // One API call; `target` is the path without the version prefix.
+    asio::awaitable<Response> request(std::string method, std::string target, std::string body = {},
+                                      std::string content_type = "application/json");
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Percent-encodes a query parameter value.
+std::string url_encode(std::string_view text);
+
+} // namespace cubicle::docker

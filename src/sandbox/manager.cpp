@@ -1,0 +1,174 @@
+#include "sandbox/manager.hpp"
+
+#include <chrono>
+#include <ctime>
+
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "common/errors.hpp"
+#include "common/ids.hpp"
+#include "common/log.hpp"
+#include "docker/tar.hpp"
+#include "sandbox/agent_blob.hpp"
+
+namespace cubicle::sandbox {
+namespace {
+
+constexpr auto agent_start_timeout = std::chrono::seconds(15);
+// A container of another instance still in "created" this long is abandoned.
+constexpr std::int64_t abandoned_after_s = 120;
+
+std::string agent_archive() {
+    docker::TarWriter tar;
+    tar.add({.name = "agent", .content = agent_binary(), .mode = 0755});
+    return tar.finish();
+}
+
+// Gives the workspace volume to the sandbox user (archive extraction applies
+// the entry's owner to the existing directory).
+std::string workspace_archive() {
+    docker::TarWriter tar;
+    tar.add({.name = "./", .directory = true, .mode = 0755, .uid = sandbox_uid, .gid = sandbox_gid});
+    return tar.finish();
+}
+
+} // namespace
+
+Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config)
+    : executor_(std::move(executor)), docker_(docker), config_(config), instance_(random_hex(8)) {}
+
+SandboxSpec Manager::resolve(SandboxSpec spec) const {
+    if (spec.image.empty()) spec.image = config_.default_image;
+    if (spec.memory_mb <= 0) spec.memory_mb = config_.memory_mb;
+    if (spec.cpus <= 0) spec.cpus = config_.cpus;
+    spec.pids_limit = config_.pids_limit;
+    spec.tmp_size_mb = config_.tmp_size_mb;
+    if (spec.network && !config_.allow_network) {
+        throw ToolError("network access is disabled on this server; the operator can allow it with --allow-network "
+                        "(or CUBICLE_ALLOW_NETWORK=1)");
+    }
+    return spec;
+}
+
+asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status) {
+    if (co_await docker_.inspect_image(image)) co_return;
+    if (status) status(fmt::format("image {} is not present locally; pulling it", image));
+    try {
+        co_await docker_.pull_image(image);
+    } catch (const docker::Error& e) {
+        throw ToolError(fmt::format("image {} is not available: it is not present locally and could not be pulled ({}). "
+                                    "Build or load it on the Docker host, or pick another image.",
+                                    image, e.what()));
+    }
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool throwaway, StatusSink status) {
+    spec = resolve(std::move(spec));
+    if (sandboxes_.size() + creating_ >= static_cast<std::size_t>(config_.max_sandboxes)) {
+        throw ToolError(fmt::format("the server already runs its maximum of {} sandboxes; stop one with stop_sandbox first",
+                                    config_.max_sandboxes));
+    }
+    ++creating_;
+    struct Done {
+        std::size_t& n;
+        ~Done() { --n; }
+    } done{creating_};
+    co_await ensure_image(spec.image, status);
+    std::string sandbox_id = "sb-" + random_hex(6);
+    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id),
+                                                                 "cubicle-" + sandbox_id);
+    std::exception_ptr failure;
+    try {
+        co_return co_await start(sandbox_id, container_id, spec, throwaway);
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    try {
+        co_await docker_.remove_container(container_id);
+    } catch (const std::exception& e) {
+        log::warning("removing container {} after a failed start: {}", container_id, e.what());
+    }
+    std::rethrow_exception(failure);
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool throwaway) {
+    co_await docker_.put_archive(container_id, agent_dir, agent_archive());
+    co_await docker_.put_archive(container_id, workspace_dir, workspace_archive());
+    auto stream = co_await docker_.attach(container_id);
+    co_await docker_.start_container(container_id);
+    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec), throwaway);
+    co_await sandbox->connect(std::move(stream), agent_start_timeout);
+    sandboxes_[sandbox_id] = sandbox;
+    log::debug("sandbox {} ready (container {})", sandbox_id, container_id.substr(0, 12));
+    co_return sandbox;
+}
+
+std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
+    auto it = sandboxes_.find(id);
+    return it == sandboxes_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Sandbox> Manager::get(const std::string& id) const {
+    if (auto sandbox = find(id)) return sandbox;
+    std::string known;
+    for (const auto& [key, sandbox] : sandboxes_) {
+        if (sandbox->throwaway()) continue;
+        known += known.empty() ? key : ", " + key;
+    }
+    throw ToolError(fmt::format("no sandbox with id '{}' (it may have been stopped). {}", id,
+                                known.empty() ? "There are no live sandboxes; create one with initialize_sandbox."
+                                              : "Live sandboxes: " + known + "."));
+}
+
+std::vector<std::shared_ptr<Sandbox>> Manager::list() const {
+    std::vector<std::shared_ptr<Sandbox>> out;
+    for (const auto& [id, sandbox] : sandboxes_) out.push_back(sandbox);
+    return out;
+}
+
+asio::awaitable<void> Manager::destroy(std::string id) {
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) co_return;
+    auto sandbox = it->second;
+    sandboxes_.erase(it);
+    sandbox->shutdown("it was stopped");
+    co_await docker_.remove_container(sandbox->container_id());
+}
+
+asio::awaitable<void> Manager::destroy_all() {
+    std::vector<std::string> ids;
+    for (const auto& [id, sandbox] : sandboxes_) ids.push_back(id);
+    for (const auto& id : ids) {
+        try {
+            co_await destroy(id);
+        } catch (const std::exception& e) {
+            log::warning("removing sandbox {}: {}", id, e.what());
+        }
+    }
+    // Anything of ours the map does not know (a creation cut short) goes too.
+    auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
+    for (const auto& container : ours) co_await docker_.remove_container(container.id);
+}
+
+asio::awaitable<void> Manager::remove_orphans() {
+    auto containers = co_await docker_.list_containers(fmt::format("{}=true", label_managed));
+    auto now = static_cast<std::int64_t>(std::time(nullptr));
+    int removed = 0;
+    for (const auto& container : containers) {
+        auto instance = container.labels.find(label_instance);
+        if (instance != container.labels.end() && instance->second == instance_) continue;
+        bool stopped = container.state == "exited" || container.state == "dead";
+        bool abandoned = container.state == "created" && now - container.created > abandoned_after_s;
+        if (!stopped && !abandoned) continue;
+        try {
+            co_await docker_.remove_container(container.id);
+            ++removed;
+        } catch (const std::exception& e) {
+            log::warning("removing orphaned container {}: {}", container.id.substr(0, 12), e.what());
+        }
+    }
+    if (removed) log::info("removed {} container(s) left behind by earlier cubicle runs", removed);
+}
+
+} // namespace cubicle::sandbox

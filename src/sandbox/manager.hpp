@@ -1,0 +1,56 @@
+// Owns every sandbox of this server: creation, lookup, limits, cleanup.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "config.hpp"
+#include "docker/client.hpp"
+#include "sandbox/sandbox.hpp"
+
+namespace cubicle::sandbox {
+
+// Progress lines for slow steps (an image pull), shown to the client.
+using StatusSink = std::function<void(std::string_view)>;
+
+class Manager {
+public:
+    Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config);
+
+    const std::string& instance() const { return instance_; }
+
+    // Fills unset fields of a spec from the server's defaults and checks limits.
+    SandboxSpec resolve(SandboxSpec spec) const;
+
+    // Creates, starts and connects a sandbox. Throws ToolError.
+    asio::awaitable<std::shared_ptr<Sandbox>> create(SandboxSpec spec, bool throwaway, StatusSink status = {});
+    std::shared_ptr<Sandbox> find(const std::string& id) const;
+    // Throws ToolError naming the known sandboxes when `id` is not one of them.
+    std::shared_ptr<Sandbox> get(const std::string& id) const;
+    std::vector<std::shared_ptr<Sandbox>> list() const;
+    asio::awaitable<void> destroy(std::string id);
+    asio::awaitable<void> destroy_all();
+
+    // Removes the containers of cubicle instances that are gone: their agents
+    // exit when the owning server's connection drops, so they are not running.
+    asio::awaitable<void> remove_orphans();
+
+private:
+    asio::awaitable<void> ensure_image(std::string image, StatusSink status);
+    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool throwaway);
+
+    asio::any_io_executor executor_;
+    docker::Client& docker_;
+    const Config& config_;
+    std::string instance_;
+    std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+    std::size_t creating_ = 0;
+};
+
+} // namespace cubicle::sandbox

@@ -1,0 +1,83 @@
+#include "sandbox/policy.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/json.hpp"
+
+namespace cubicle::sandbox {
+namespace {
+
+constexpr std::int64_t mib = 1024 * 1024;
+constexpr std::int64_t max_file_bytes = 1024 * mib;  // fsize: no single file over 1 GiB
+constexpr std::int64_t open_files = 1024;
+
+void ulimit(json::Writer& w, std::string_view name, std::int64_t value) {
+    w.begin_object().field("Name", name).field("Soft", value).field("Hard", value).end_object();
+}
+
+} // namespace
+
+std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id) {
+    json::Writer w;
+    w.begin_object();
+    w.field("Image", spec.image);
+    // The agent is the main process, under Docker's init (Init: true) so that
+    // orphaned grandchildren are reaped.
+    w.key("Entrypoint").begin_array().value(agent_path).end_array();
+    w.key("Cmd").begin_array().end_array();
+    w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
+    w.field("WorkingDir", workspace_dir);
+    // The agent reads requests on stdin; StdinOnce closes it when the server's
+    // attach connection drops, so a dead server's sandboxes stop by themselves.
+    w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
+    w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
+    // Only what is set here reaches the sandbox: the server's own environment never does.
+    w.key("Env").begin_array();
+    w.value("HOME=/workspace").value("LANG=C.UTF-8").value("PYTHONUNBUFFERED=1").value("PYTHONDONTWRITEBYTECODE=1");
+    w.value("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    for (const auto& [key, value] : spec.env) w.value(key + "=" + value);
+    w.end_array();
+    w.key("Labels").begin_object();
+    w.field(label_managed, "true").field(label_instance, instance).field(label_sandbox, sandbox_id);
+    w.end_object();
+    if (!spec.network) w.field("NetworkDisabled", true);
+
+    w.key("HostConfig").begin_object();
+    w.field("NetworkMode", spec.network ? "bridge" : "none");
+    w.key("CapDrop").begin_array().value("ALL").end_array();
+    w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
+    w.field("ReadonlyRootfs", true);
+    w.field("Init", true);
+    w.field("Privileged", false);
+    w.field("IpcMode", "private");
+    w.field("PidsLimit", static_cast<std::int64_t>(spec.pids_limit));
+    w.field("Memory", spec.memory_mb * mib);
+    w.field("MemorySwap", spec.memory_mb * mib);  // equal to Memory: no swap
+    w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));
+    w.field("OomScoreAdj", 500);  // under memory pressure the host kills sandboxes first
+    w.key("Ulimits").begin_array();
+    ulimit(w, "nofile", open_files);
+    ulimit(w, "fsize", max_file_bytes);
+    ulimit(w, "core", 0);
+    w.end_array();
+    w.key("Tmpfs").begin_object();
+    w.field("/tmp", fmt::format("rw,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
+    w.end_object();
+    // Anonymous volumes, removed with the container: the workspace must be a
+    // volume (archive PUT skips tmpfs and refuses a read-only root), and the
+    // agent needs a place to be copied to.
+    w.key("Mounts").begin_array();
+    w.begin_object().field("Type", "volume").field("Target", workspace_dir).end_object();
+    w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
+    w.end_array();
+    // Output travels over the attach stream; nothing needs to be kept in logs.
+    w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
+    w.end_object();
+
+    w.end_object();
+    return w.take();
+}
+
+} // namespace cubicle::sandbox

@@ -1,0 +1,81 @@
+// A live sandbox: one container whose agent runs programs on our behalf.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "common/cancellation.hpp"
+#include "docker/client.hpp"
+#include "docker/stream.hpp"
+#include "sandbox/agent_protocol.hpp"
+#include "sandbox/policy.hpp"
+
+namespace cubicle::sandbox {
+
+namespace asio = boost::asio;
+
+// Receives each piece of output as soon as the agent forwards it.
+using OutputSink = std::function<void(docker::StreamKind, std::string_view)>;
+
+struct ExecResult {
+    agent::ExitStatus status;
+    std::string stdout_text;
+    std::string stderr_text;
+    bool cancelled = false;
+};
+
+class Sandbox : public std::enable_shared_from_this<Sandbox> {
+public:
+    Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec, bool throwaway);
+    ~Sandbox();
+
+    const std::string& id() const { return id_; }
+    const std::string& container_id() const { return container_id_; }
+    const SandboxSpec& spec() const { return spec_; }
+    bool throwaway() const { return throwaway_; }
+    bool alive() const { return alive_; }
+    std::chrono::steady_clock::time_point created() const { return created_; }
+    std::size_t running() const;
+
+    // Takes over the attach stream and waits for the agent's hello.
+    asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::chrono::milliseconds timeout);
+
+    // Runs a program through the agent. Output goes to `sink` as it comes and is
+    // collected (capped) in the result. `cancel` kills the process group.
+    // Throws ToolError when the program cannot start or the sandbox is gone.
+    asio::awaitable<ExecResult> run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
+
+    // Marks the sandbox dead and closes the agent connection; pending runs fail.
+    void shutdown(std::string reason);
+
+private:
+    struct Pending;
+    asio::awaitable<void> read_loop();
+    void dispatch(agent::Frame frame);
+
+    asio::any_io_executor executor_;
+    std::string id_;
+    std::string container_id_;
+    SandboxSpec spec_;
+    bool throwaway_;
+    std::chrono::steady_clock::time_point created_;
+    std::unique_ptr<docker::RawStream> stream_;
+    docker::Demuxer demuxer_;
+    agent::Decoder decoder_;
+    std::map<std::uint32_t, std::shared_ptr<Pending>> pending_;
+    std::uint32_t next_exec_id_ = 1;
+    bool alive_ = false;
+    std::string death_reason_;
+    std::shared_ptr<Pending> hello_;
+    std::string agent_log_;
+};
+
+} // namespace cubicle::sandbox

@@ -1,0 +1,14 @@
+// The MCP tools: thin adapters from validated arguments to sandbox calls.
+#pragma once
+
+#include <vector>
+
+#include "config.hpp"
+#include "mcp/tool.hpp"
+#include "sandbox/manager.hpp"
+
+namespace cubicle::tools {
+
+std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& config);
+
+} // namespace cubicle::tools

@@ -1,0 +1,599 @@
+"""Behavioural tests for the in-sandbox agent (src/agent/agent.c).
+
+The agent binary is taken from $CUBICLE_AGENT (default:
+build/src/agent/cubicle-agent relative to the repository root).  Each test
+starts it locally as a subprocess and speaks the frame protocol over pipes.
+"""
+
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = Path(os.environ.get("CUBICLE_AGENT", REPO / "build/src/agent/cubicle-agent"))
+
+pytestmark = pytest.mark.skipif(
+    not AGENT.is_file(),
+    reason=f"agent binary not found at {AGENT} (build it or set CUBICLE_AGENT)",
+)
+
+RUN, KILL, PING = 0x01, 0x02, 0x03
+HELLO, STDOUT, STDERR, EXIT, ERROR, PONG = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
+HDR = struct.Struct(">IBI")
+
+
+def encode_frame(ftype, fid, payload=b""):
+    return HDR.pack(len(payload), ftype, fid) + payload
+
+
+def encode_run(argv, stdin=b"", timeout_ms=0, max_output=0, cwd="", env=()):
+    fields = [str(timeout_ms), str(max_output), cwd, str(len(argv)), *argv,
+              str(len(env)), *env]
+    return b"".join(f.encode() + b"\0" for f in fields) + stdin
+
+
+class Exit:
+    def __init__(self, payload):
+        parts = payload.decode().split(" ")
+        assert len(parts) == 6, payload
+        (self.code, self.signal, self.timed_out, self.truncated,
+         self.duration_us, self.max_rss_kb) = map(int, parts)
+
+
+class Result:
+    def __init__(self):
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.exit = None
+        self.error = None
+        self.frames = []   # (type, payload) in arrival order, for this id
+
+
+class Agent:
+    """Drives one agent process and decodes its frames."""
+
+    def __init__(self, **popen_kw):
+        self.proc = subprocess.Popen([str(AGENT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, **popen_kw)
+        self.buf = bytearray()
+        self.log = []      # every frame received: (type, id, payload, time)
+        self.pending = []  # received but not yet consumed by read_frame
+        self.expected_rc = 0  # exit status the agent fixture insists on
+
+    def send(self, ftype, fid, payload=b""):
+        self.send_raw(encode_frame(ftype, fid, payload))
+
+    def send_raw(self, data):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def run(self, fid, argv, **kw):
+        self.send(RUN, fid, encode_run(argv, **kw))
+
+    def _fill(self, deadline):
+        fd = self.proc.stdout.fileno()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no frame from agent in time")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            raise TimeoutError("no frame from agent in time")
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            raise EOFError("agent closed stdout")
+        self.buf += chunk
+
+    def read_frame(self, timeout=10.0):
+        """Next frame from the agent as (type, id, payload)."""
+        if self.pending:
+            return self.pending.pop(0)
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < HDR.size:
+            self._fill(deadline)
+        length, ftype, fid = HDR.unpack_from(self.buf)
+        while len(self.buf) < HDR.size + length:
+            self._fill(deadline)
+        payload = bytes(self.buf[HDR.size:HDR.size + length])
+        del self.buf[:HDR.size + length]
+        self.log.append((ftype, fid, payload, time.monotonic()))
+        return ftype, fid, payload
+
+    def wait_for(self, pred, timeout=10.0):
+        """Read until a frame satisfies pred; other frames stay pending."""
+        deadline = time.monotonic() + timeout
+        skipped = []
+        try:
+            while True:
+                frame = self.read_frame(max(deadline - time.monotonic(), 0.001))
+                if pred(frame):
+                    return frame
+                skipped.append(frame)
+        finally:
+            self.pending = skipped + self.pending
+
+    def collect(self, fid, timeout=10.0):
+        """Gather output of one exec until its EXIT or ERROR frame."""
+        res = Result()
+        deadline = time.monotonic() + timeout
+        skipped = []
+        while res.exit is None and res.error is None:
+            ftype, got, payload = self.read_frame(max(deadline - time.monotonic(), 0.001))
+            if got != fid:
+                skipped.append((ftype, got, payload))
+                continue
+            res.frames.append((ftype, payload))
+            if ftype == STDOUT:
+                res.stdout += payload
+            elif ftype == STDERR:
+                res.stderr += payload
+            elif ftype == EXIT:
+                res.exit = Exit(payload)
+            elif ftype == ERROR:
+                res.error = payload.decode()
+            else:
+                raise AssertionError(f"unexpected frame type {ftype:#x} for id {fid}")
+        self.pending = skipped + self.pending
+        res.stdout, res.stderr = bytes(res.stdout), bytes(res.stderr)
+        return res
+
+    def ping(self, payload=b"p", timeout=5.0):
+        self.send(PING, 0xFFFF, payload)
+        return self.wait_for(lambda f: f[0] == PONG, timeout)
+
+    def close(self):
+        try:
+            self.proc.stdin.close()   # EOF: the agent exits
+        except BrokenPipeError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def agent():
+    a = Agent()
+    ftype, fid, payload = a.read_frame()
+    assert (ftype, fid, payload) == (HELLO, 0, b"cubicle-agent 1")
+    yield a
+    assert a.close() == a.expected_rc, "agent exited abnormally"
+
+
+def pid_alive(pid):
+    """True if pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_dead(pid, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not pid_alive(pid)
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_hello_is_first_frame():
+    a = Agent()
+    try:
+        assert a.read_frame() == (HELLO, 0, b"cubicle-agent 1")
+    finally:
+        a.close()
+
+
+def test_exit_code_and_streams(agent):
+    agent.run(1, ["sh", "-c", "echo hi; echo err >&2; exit 3"])
+    r = agent.collect(1)
+    assert r.error is None
+    assert r.stdout == b"hi\n"
+    assert r.stderr == b"err\n"
+    assert (r.exit.code, r.exit.signal, r.exit.timed_out, r.exit.truncated) == (3, 0, 0, 0)
+    assert 0 < r.exit.duration_us < 5_000_000
+    assert r.exit.max_rss_kb > 0
+
+
+def test_instant_exit(agent):
+    agent.run(1, ["true"])
+    r = agent.collect(1)
+    assert r.stdout == b"" and r.stderr == b""
+    assert (r.exit.code, r.exit.signal) == (0, 0)
+
+
+def test_stdin_reaches_cat(agent):
+    data = b"hello\0world\n" + bytes(range(256))
+    agent.run(1, ["cat"], stdin=data)
+    r = agent.collect(1)
+    assert r.stdout == data
+    assert r.exit.code == 0
+
+
+def test_large_stdin_does_not_block_agent(agent):
+    # 4 MiB is far more than a pipe holds; the child only starts reading
+    # after a second, so the agent must stay responsive meanwhile.
+    data = os.urandom(4 << 20)
+    agent.run(1, ["sh", "-c", "sleep 1; exec wc -c"], stdin=data)
+    time.sleep(0.2)  # let the agent start feeding the pipe
+    t0 = time.monotonic()
+    agent.ping(b"alive")
+    assert time.monotonic() - t0 < 0.4
+    r = agent.collect(1)
+    assert r.stdout.strip() == str(len(data)).encode()
+    assert r.exit.code == 0
+
+
+def test_child_not_reading_stdin(agent):
+    agent.run(1, ["true"], stdin=os.urandom(1 << 20))
+    r = agent.collect(1)
+    assert r.exit.code == 0
+    assert agent.ping()[2] == b"p"
+
+
+def test_streaming_output(agent):
+    agent.run(1, ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done"])
+    t0 = time.monotonic()
+    ftype, fid, payload = agent.read_frame()
+    first = time.monotonic() - t0
+    assert (ftype, fid) == (STDOUT, 1)
+    assert payload.startswith(b"line1\n")
+    r = agent.collect(1)
+    total = time.monotonic() - t0
+    assert first < 0.5, first
+    assert total > 0.8, total
+    assert payload + r.stdout == b"".join(b"line%d\n" % i for i in range(1, 6))
+
+
+def test_timeout_kills_process_group(agent):
+    agent.run(7, ["sh", "-c", "sleep 100 & echo $!; sleep 100"], timeout_ms=300)
+    t0 = time.monotonic()
+    r = agent.collect(7)
+    elapsed = time.monotonic() - t0
+    assert r.exit.timed_out == 1
+    assert (r.exit.code, r.exit.signal) == (-1, signal.SIGKILL)
+    assert 0.25 < elapsed < 3, elapsed
+    assert 250_000 <= r.exit.duration_us < 3_000_000
+    bg = int(r.stdout.split()[0])
+    assert wait_dead(bg), f"background child {bg} survived the timeout"
+
+
+def test_kill_frame(agent):
+    agent.run(5, ["sh", "-c", "echo started; sleep 100"])
+    assert agent.wait_for(lambda f: f[:2] == (STDOUT, 5)) == (STDOUT, 5, b"started\n")
+    agent.send(KILL, 5)
+    r = agent.collect(5, timeout=3)
+    assert (r.exit.code, r.exit.signal, r.exit.timed_out) == (-1, 9, 0)
+
+
+def test_kill_unknown_id_is_ignored(agent):
+    agent.send(KILL, 12345)
+    ftype, _, payload = agent.ping(b"still here")
+    assert payload == b"still here"
+    assert not [f for f in agent.log if f[1] == 12345]
+
+
+def test_normal_exit_kills_background_children(agent):
+    agent.run(1, ["sh", "-c", "sleep 100 & echo $!"])
+    r = agent.collect(1, timeout=3)
+    assert r.exit.code == 0
+    assert wait_dead(int(r.stdout))
+
+
+def test_output_cap(agent):
+    # Way past the cap on stdout; the child must still run to completion
+    # (exit 7 and the stderr line prove it was not blocked or killed).
+    agent.run(1, ["sh", "-c", "head -c 3000000 /dev/zero; echo done >&2; exit 7"],
+              max_output=1000)
+    r = agent.collect(1)
+    assert r.stdout == b"\0" * 1000
+    assert r.stderr == b"done\n"
+    assert (r.exit.code, r.exit.truncated, r.exit.timed_out) == (7, 1, 0)
+
+
+def test_output_cap_exact_fit_not_truncated(agent):
+    agent.run(1, ["sh", "-c", "printf 12345"], max_output=5)
+    r = agent.collect(1)
+    assert r.stdout == b"12345"
+    assert r.exit.truncated == 0
+
+
+def test_large_output_uncapped(agent):
+    n = 30_000_000
+    agent.run(1, ["sh", "-c", f"head -c {n} /dev/zero; head -c {n // 3} /dev/zero >&2"])
+    r = agent.collect(1, timeout=60)
+    assert len(r.stdout) == n and len(r.stderr) == n // 3
+    assert r.exit.truncated == 0
+    # every chunk is at most 64 KiB
+    assert max(len(p) for t, p in r.frames if t in (STDOUT, STDERR)) <= 65536
+
+
+def test_exit_comes_after_all_output(agent):
+    # The child enlarges its stdout pipe to 1 MiB and fills most of it in
+    # one go right before exiting, so most of its output is still buffered
+    # in the pipe when it is reaped: it must all arrive before EXIT.
+    script = (
+        "import fcntl, os\n"
+        "fcntl.fcntl(1, 1031, 1 << 20)  # F_SETPIPE_SZ\n"
+        "os.write(1, b'x' * 900_000)  # fits: one write, no blocking\n"
+        "os.write(2, b'tail\\n')\n"
+        "os._exit(0)\n"
+    )
+    for fid in range(1, 6):
+        agent.run(fid, [sys.executable, "-c", script])
+        r = agent.collect(fid, timeout=30)
+        assert r.frames[-1][0] == EXIT
+        assert [t for t, _ in r.frames].count(EXIT) == 1
+        assert r.exit.code == 0
+        assert r.stdout == b"x" * 900_000
+        assert r.stderr == b"tail\n"
+    # no stray frame for any of these ids after their EXIT
+    agent.ping()
+    assert not [f for f in agent.pending if 1 <= f[1] <= 5]
+
+
+def test_nonexistent_program(agent):
+    agent.run(3, ["definitely-not-a-program-xyz"])
+    r = agent.collect(3)
+    assert r.exit is None
+    assert "cannot run 'definitely-not-a-program-xyz'" in r.error
+    assert "No such file or directory" in r.error
+    agent.ping()
+    assert not [f for f in agent.log if f[1] == 3 and f[0] != ERROR]
+
+
+def test_not_executable(agent, tmp_path):
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    agent.run(3, [str(script)])
+    r = agent.collect(3)
+    assert "Permission denied" in r.error
+
+
+def test_bad_cwd(agent):
+    agent.run(4, ["pwd"], cwd="/nope")
+    r = agent.collect(4)
+    assert r.exit is None
+    assert r.error == "cannot chdir to '/nope': No such file or directory"
+
+
+def test_cwd(agent, tmp_path):
+    agent.run(4, ["pwd"], cwd=str(tmp_path))
+    r = agent.collect(4)
+    assert r.stdout.decode().strip() == str(tmp_path)
+
+
+def test_concurrent_runs_interleave(agent):
+    script = "for i in 1 2 3 4; do echo {tag}$i; sleep 0.1; done; exit {code}"
+    for fid in (10, 11, 12):
+        agent.run(fid, ["sh", "-c", script.format(tag=f"x{fid}-", code=fid)])
+    results = {fid: agent.collect(fid) for fid in (10, 11, 12)}
+    for fid, r in results.items():
+        assert r.stdout == b"".join(b"x%d-%d\n" % (fid, i) for i in range(1, 5))
+        assert r.exit.code == fid
+    # genuinely concurrent: the second run's first output precedes the
+    # first run's EXIT
+    order = [(t, i) for t, i, _, _ in agent.log]
+    assert order.index((STDOUT, 11)) < order.index((EXIT, 10))
+
+
+def test_duplicate_id_rejected(agent):
+    agent.run(1, ["sleep", "100"])
+    agent.run(1, ["true"])
+    _, _, msg = agent.wait_for(lambda f: f[:2] == (ERROR, 1))
+    assert b"already in use" in msg
+    agent.send(KILL, 1)
+    assert agent.collect(1).exit.signal == 9
+
+
+def test_ping_pong(agent):
+    payload = b"\0\x01binary\xff" * 10
+    agent.send(PING, 42, payload)
+    assert agent.read_frame() == (PONG, 42, payload)
+    agent.send(PING, 43)
+    assert agent.read_frame() == (PONG, 43, b"")
+
+
+def test_split_and_coalesced_frames(agent):
+    raw = encode_frame(RUN, 9, encode_run(["sh", "-c", "cat; echo ok"], stdin=b"in\n"))
+    for i in range(len(raw)):
+        agent.send_raw(raw[i:i + 1])
+        if i % 7 == 0:
+            time.sleep(0.001)
+    r = agent.collect(9)
+    assert r.stdout == b"in\nok\n"
+    agent.send_raw(b"".join(encode_frame(PING, n, b"%d" % n) for n in range(1, 6)))
+    for n in range(1, 6):
+        assert agent.read_frame() == (PONG, n, b"%d" % n)
+
+
+def test_env_override(agent):
+    os_path = os.environ.get("PATH", "/usr/bin:/bin")
+    agent.run(1, ["sh", "-c", 'echo "$FOO|$HOME|$PATH"'],
+              env=["FOO=bar=baz", "HOME=/override", f"PATH={os_path}"])
+    r = agent.collect(1)
+    assert r.stdout == f"bar=baz|/override|{os_path}\n".encode()
+
+
+def test_env_inherited_from_agent():
+    a = Agent(env={**os.environ, "AGENT_ONLY": "inherited"})
+    try:
+        a.read_frame()
+        a.run(1, ["sh", "-c", 'echo "$AGENT_ONLY"'])
+        assert a.collect(1).stdout == b"inherited\n"
+    finally:
+        a.close()
+
+
+def test_malformed_run(agent):
+    agent.send(RUN, 6, b"100\0")
+    r = agent.collect(6)
+    assert r.error.startswith("malformed RUN")
+    agent.send(RUN, 6, b"abc\x000\0\x001\0true\x000\0")
+    assert agent.collect(6).error.startswith("malformed RUN")
+    agent.send(RUN, 6, encode_run(["true"], env=["NOEQUALS"]))
+    assert agent.collect(6).error.startswith("malformed RUN")
+    # still healthy
+    agent.run(6, ["true"])
+    assert agent.collect(6).exit.code == 0
+
+
+def test_unknown_frame_type(agent):
+    agent.send(0x7F, 8, b"junk")
+    ftype, fid, _ = agent.read_frame()
+    assert (ftype, fid) == (ERROR, 8)
+    assert agent.ping()[2] == b"p"
+
+
+def test_oversized_frame_rejected(agent):
+    agent.send_raw(HDR.pack((64 << 20) + 1, RUN, 77))
+    ftype, fid, msg = agent.read_frame()
+    assert (ftype, fid) == (ERROR, 77) and msg
+    assert agent.proc.wait(5) == 2
+    agent.expected_rc = 2
+
+
+def test_max_size_frame_accepted(agent):
+    payload = os.urandom(64 << 20)
+    agent.send(PING, 1, payload)
+    assert agent.read_frame(timeout=30) == (PONG, 1, payload)
+
+
+def test_stdin_eof_kills_children_and_exits(agent):
+    agent.run(1, ["sh", "-c", "sleep 100 & echo $!; echo $$; sleep 100"])
+    out = b""
+    while out.count(b"\n") < 2:
+        ftype, fid, payload = agent.wait_for(lambda f: f[:2] == (STDOUT, 1))
+        out += payload
+    pids = [int(p) for p in out.split()]
+    assert all(pid_alive(p) for p in pids)
+    agent.proc.stdin.close()
+    assert agent.proc.wait(3) == 0
+    for p in pids:
+        assert wait_dead(p), f"pid {p} survived agent shutdown"
+
+
+def test_child_environment_is_clean():
+    # Own process group, default signal state, only fds 0-2 open.  The agent
+    # is started with an extra inherited fd that must not leak either.
+    r_fd, w_fd = os.pipe()
+    a = Agent(pass_fds=(r_fd, w_fd))
+    os.close(r_fd)
+    os.close(w_fd)
+    try:
+        a.read_frame()
+        a.run(1, ["sh", "-c", 'echo $$ $(cut -d" " -f5 /proc/$$/stat); ls /proc/$$/fd'])
+        a.run(2, ["cat", "/proc/self/status"])  # cat's state is what exec got
+        r1, r2 = a.collect(1), a.collect(2)
+    finally:
+        a.close()
+    lines = r1.stdout.decode().splitlines()
+    pid, pgrp = lines[0].split()
+    assert pid == pgrp
+    assert sorted(lines[1:]) == ["0", "1", "2"], lines[1:]
+    status = dict(line.split(":\t", 1) for line in r2.stdout.decode().splitlines())
+    assert int(status["SigBlk"], 16) == 0
+    assert int(status["SigIgn"], 16) == 0
+
+
+def test_child_closing_output_early(agent):
+    agent.run(1, ["sh", "-c", "echo x; exec >&- 2>&-; sleep 0.3; exit 4"])
+    r = agent.collect(1)
+    assert r.stdout == b"x\n"
+    assert r.exit.code == 4
+    assert r.exit.duration_us >= 300_000
+
+
+def test_escaped_process_does_not_hold_exit(agent):
+    # setsid leaves the process group; it keeps the pipes open but the agent
+    # must still report EXIT shortly after the main child exits.
+    agent.run(1, ["sh", "-c", "setsid sh -c 'echo $$; exec sleep 100' & sleep 0.3"])
+    t0 = time.monotonic()
+    r = agent.collect(1, timeout=5)
+    try:
+        assert r.exit.code == 0
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        for p in r.stdout.split():
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_agent_survives_many_runs(agent):
+    for fid in range(100, 160):
+        agent.run(fid, ["sh", "-c", f"echo {fid}"])
+    for fid in range(100, 160):
+        r = agent.collect(fid)
+        assert r.stdout == f"{fid}\n".encode() and r.exit.code == 0
+    # fds were not leaked: the agent's own fd count is back to baseline
+    fds = os.listdir(f"/proc/{agent.proc.pid}/fd")
+    assert len(fds) <= 5, fds
+
+
+def test_gigabyte_output_with_cap(agent):
+    # The child pushes 1 GiB through a capped stream; the agent must keep
+    # discarding quickly so the child is never stalled.
+    agent.run(1, ["sh", "-c", "head -c 1073741824 /dev/zero; echo end >&2"], max_output=100)
+    r = agent.collect(1, timeout=60)
+    assert r.stdout == b"\0" * 100
+    assert r.stderr == b"end\n"
+    assert (r.exit.code, r.exit.truncated) == (0, 1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the agent as an unprivileged user")
+def test_fork_failure_and_fork_bomb():
+    # As an unused uid with RLIMIT_NPROC=3 the agent plus two children exhaust
+    # the process budget, so the next RUN cannot fork.
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NPROC, (3, 3))
+
+    uid = 60000 + os.getpid() % 5000  # a uid no other test run shares
+    a = Agent(user=uid, group=uid, extra_groups=[], preexec_fn=limit, cwd="/")
+    try:
+        try:
+            a.read_frame()
+        except (EOFError, TimeoutError):
+            pytest.skip(f"agent binary not usable by uid {uid}")
+        a.run(1, ["sleep", "100"])
+        a.run(2, ["sleep", "100"])
+        a.run(3, ["true"])
+        r = a.collect(3)
+        assert r.exit is None
+        assert r.error.startswith("cannot fork:"), r.error
+        a.send(KILL, 1)
+        a.send(KILL, 2)
+        assert a.collect(1).exit.signal == 9
+        assert a.collect(2).exit.signal == 9
+        # a fork bomb in one execution is contained by its timeout
+        a.run(4, ["sh", "-c", "while :; do sleep 100 & done"], timeout_ms=500)
+        r = a.collect(4, timeout=5)
+        assert r.exit.timed_out == 1 or r.exit.code != 0
+        # the agent is still fine afterwards (once init has reaped the
+        # killed orphans, which count against RLIMIT_NPROC until then)
+        for attempt in range(50):
+            a.run(5, ["sh", "-c", "echo ok"])
+            r = a.collect(5)
+            if r.exit is not None or not r.error.startswith("cannot fork"):
+                break
+            time.sleep(0.05)
+        assert r.stdout == b"ok\n", r.error
+    finally:
+        a.close()

@@ -1,0 +1,542 @@
+"""Shared fixtures for the cubicle e2e / integration suite.
+
+Two ways to drive a server:
+
+* ``start_server(*args, env=...)`` -> async context manager yielding a
+  :class:`CubicleServer` wrapping an official-SDK ``ClientSession`` over
+  ``stdio_client``.  The SDK context managers are owned by a dedicated asyncio
+  task so the same object can be used from per-test ``async with`` blocks and
+  from module-scoped fixtures (anyio cancel scopes must be entered and exited
+  in the same task).
+* ``raw_server(*args, env=...)`` (fixture factory) -> :class:`RawServer`, a
+  synchronous newline-delimited JSON-RPC client over the binary's stdio that
+  exposes the process (pid, signals, stdin EOF) and the raw bytes it prints.
+
+Environment:
+  CUBICLE_BIN         path of the server binary (default: <repo>/build/cubicle)
+  CUBICLE_TEST_IMAGE  sandbox image (default: cubicle/sandbox-test:latest)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CUBICLE_BIN = Path(os.environ.get("CUBICLE_BIN", REPO_ROOT / "build" / "cubicle"))
+IMAGE = os.environ.get("CUBICLE_TEST_IMAGE", "cubicle/sandbox-test:latest")
+
+MANAGED_LABEL = "io.cubicle.managed"
+INSTANCE_LABEL = "io.cubicle.instance"
+SANDBOX_LABEL = "io.cubicle.sandbox"
+
+TOOL_NAMES = {"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox"}
+
+_LOG_DIR = Path(tempfile.mkdtemp(prefix="cubicle-test-logs-"))
+_SERVER_LOGS: list[Path] = []
+
+
+# --------------------------------------------------------------------------
+# prerequisites
+# --------------------------------------------------------------------------
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    r = subprocess.run(["docker", "version", "--format", "{{.Server.APIVersion}}"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def _binary_problem() -> str | None:
+    if not CUBICLE_BIN.is_file():
+        return f"cubicle binary not found at {CUBICLE_BIN} (build it, or set CUBICLE_BIN)"
+    if not os.access(CUBICLE_BIN, os.X_OK):
+        return f"cubicle binary at {CUBICLE_BIN} is not executable"
+    return None
+
+
+def _image_problem() -> str | None:
+    if not _docker_available():
+        return "docker CLI / daemon not available"
+    r = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"sandbox image {IMAGE} not present (build it with scripts/make-test-image)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    bin_problem = _binary_problem()
+    img_problem = None if bin_problem else _image_problem()
+    for item in items:
+        if bin_problem:
+            item.add_marker(pytest.mark.skip(reason=f"cubicle suite skipped: {bin_problem}"))
+        elif img_problem and item.get_closest_marker("no_image") is None:
+            item.add_marker(pytest.mark.skip(reason=f"cubicle suite skipped: {img_problem}"))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"cubicle binary: {CUBICLE_BIN} ({_binary_problem() or 'ok'})",
+        f"cubicle image: {IMAGE}",
+        f"cubicle server logs: {_LOG_DIR}",
+    ]
+
+
+# --------------------------------------------------------------------------
+# docker helpers (the CLI is fine in tests)
+# --------------------------------------------------------------------------
+
+
+def docker(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def docker_ids(label_filter: str | Iterable[str]) -> list[str]:
+    """Full ids of all containers (any state) matching the label filter(s).
+
+    ``label_filter`` is ``"key"`` or ``"key=value"`` (or several, ANDed)."""
+    filters = [label_filter] if isinstance(label_filter, str) else list(label_filter)
+    args = ["ps", "-aq", "--no-trunc"]
+    for f in filters:
+        args += ["--filter", f"label={f}"]
+    out = docker(*args).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def container_exists(container_id: str) -> bool:
+    return docker("inspect", "--type", "container", container_id, check=False).returncode == 0
+
+
+def docker_inspect(container_id: str) -> dict[str, Any]:
+    r = docker("inspect", "--type", "container", container_id)
+    data = json.loads(r.stdout)
+    assert len(data) == 1
+    return data[0]
+
+
+def instance_of(container_id: str) -> str:
+    labels = docker_inspect(container_id)["Config"]["Labels"] or {}
+    assert INSTANCE_LABEL in labels, f"container {container_id} has no {INSTANCE_LABEL} label: {labels}"
+    return labels[INSTANCE_LABEL]
+
+
+def wait_until(pred, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+async def async_wait_until(pred, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if await asyncio.to_thread(pred):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# server environment
+# --------------------------------------------------------------------------
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A minimal, deterministic environment for a server process.
+
+    CUBICLE_* variables of the test runner are NOT inherited (they would change
+    server defaults); DOCKER_* are, so a non-default daemon still works."""
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "PATH", "LOGNAME", "USER", "TERM", "SHELL", "TMPDIR")}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("DOCKER_")})
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def server_args(args: Iterable[str], default_image: bool = True) -> list[str]:
+    args = list(args)
+    if default_image and "--default-image" not in args:
+        args = ["--default-image", IMAGE, *args]
+    return args
+
+
+def _new_log(tag: str) -> Path:
+    p = _LOG_DIR / f"{len(_SERVER_LOGS):03d}-{tag}.stderr.log"
+    _SERVER_LOGS.append(p)
+    return p
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "<no log>"
+    return data[-n:].decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# SDK-driven server
+# --------------------------------------------------------------------------
+
+
+def result_text(result: Any) -> str:
+    parts = []
+    for c in result.content or []:
+        t = getattr(c, "text", None)
+        if t is not None:
+            parts.append(t)
+    return "\n".join(parts)
+
+
+class CubicleServer:
+    """A cubicle server process driven through the official MCP SDK."""
+
+    def __init__(self, args: list[str], env: dict[str, str], tag: str = "sdk") -> None:
+        self.args = args
+        self.env = env
+        self.log_path = _new_log(tag)
+        self.session: ClientSession | None = None
+        self.init_result: Any = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        params = StdioServerParameters(command=str(CUBICLE_BIN), args=self.args, env=self.env)
+        with open(self.log_path, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                # a session-wide read timeout so a silent server fails tests instead of hanging them
+                async with ClientSession(read, write, read_timeout_seconds=60) as session:
+                    self.init_result = await session.initialize()
+                    self.session = session
+                    self._ready.set()
+                    await self._stop.wait()
+
+    async def __aenter__(self) -> "CubicleServer":
+        self._task = asyncio.create_task(self._run())
+        ready = asyncio.create_task(self._ready.wait())
+        done, _ = await asyncio.wait({self._task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if ready not in done:
+            ready.cancel()
+            if self._task in done:
+                exc = self._task.exception()
+                raise RuntimeError(
+                    f"cubicle server failed to initialize: {exc!r}\n--- stderr ---\n{_tail(self.log_path)}"
+                ) from exc
+            self._task.cancel()
+            raise RuntimeError(f"cubicle server did not initialize within 30 s\n--- stderr ---\n{_tail(self.log_path)}")
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._stop.set()
+        assert self._task is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=40)
+        except asyncio.TimeoutError:
+            self._task.cancel()
+            raise
+        except Exception:
+            # A crashed transport is reported by the tests that used it.
+            pass
+
+    # -- calls -------------------------------------------------------------
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float = 90, progress=None):
+        assert self.session is not None
+        return await self.session.call_tool(
+            name, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress
+        )
+
+    async def ok(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        """Call a tool that must succeed; returns structuredContent (checked against the text content)."""
+        r = await self.call(name, arguments, **kw)
+        text = result_text(r)
+        assert not r.is_error, f"{name}({arguments!r}) returned isError: {text}\n--- stderr ---\n{_tail(self.log_path)}"
+        sc = r.structured_content
+        assert isinstance(sc, dict), f"{name} returned no structuredContent: {r!r}"
+        assert r.content, f"{name} returned no content blocks"
+        try:
+            parsed = json.loads(text)
+        except ValueError as e:
+            raise AssertionError(f"{name}: text content is not JSON: {text[:500]!r}") from e
+        assert parsed == sc, f"{name}: text content differs from structuredContent:\n{text[:500]}\nvs\n{sc!r}"
+        return sc
+
+    async def tool_error(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> tuple[str, Any]:
+        """Call a tool that must fail. Returns ("isError", text) or ("jsonrpc", MCPError)."""
+        try:
+            r = await self.call(name, arguments, **kw)
+        except MCPError as e:
+            return "jsonrpc", e
+        assert r.is_error, f"{name}({arguments!r}) unexpectedly succeeded: {r.structured_content!r}"
+        text = result_text(r)
+        assert text.strip(), f"{name}: isError result has no message text"
+        return "isError", text
+
+    async def new_sandbox(self, **arguments: Any) -> dict[str, Any]:
+        return await self.ok("initialize_sandbox", arguments)
+
+    async def sh(self, sandbox_id: str, command: str, timeout_s: int | None = None) -> dict[str, Any]:
+        """run_command with a single command; returns the single result entry."""
+        args: dict[str, Any] = {"sandbox_id": sandbox_id, "command": command}
+        if timeout_s is not None:
+            args["timeout_s"] = timeout_s
+        sc = await self.ok("run_command", args)
+        assert len(sc["results"]) == 1, sc
+        return sc["results"][0]
+
+    def stderr_tail(self) -> str:
+        return _tail(self.log_path)
+
+
+def start_server(*args: str, env: dict[str, str] | None = None, default_image: bool = True, tag: str = "sdk"):
+    """``async with start_server("--memory-mb", "256") as srv: await srv.ok(...)``"""
+    return CubicleServer(server_args(args, default_image), server_env(env), tag=tag)
+
+
+# --------------------------------------------------------------------------
+# raw JSON-RPC server (lifecycle / protocol tests)
+# --------------------------------------------------------------------------
+
+
+class RawServer:
+    """Synchronous newline-delimited JSON-RPC client over the binary's stdio."""
+
+    def __init__(self, args: list[str], env: dict[str, str], tag: str = "raw") -> None:
+        self.log_path = _new_log(tag)
+        self._errlog = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(CUBICLE_BIN), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errlog,
+            env=env,
+            start_new_session=True,
+        )
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._next_id = 1
+        self.notifications: list[dict[str, Any]] = []
+        self.raw_lines: list[bytes] = []
+
+    def _read(self) -> None:
+        assert self.proc.stdout
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send_line(self, data: bytes) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(data if data.endswith(b"\n") else data + b"\n")
+        self.proc.stdin.flush()
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.send_line(json.dumps(obj).encode())
+
+    def recv(self, timeout: float = 30) -> dict[str, Any]:
+        """Next message from the server (raw bytes kept in raw_lines). Lines must be valid UTF-8 JSON."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no message from server within {timeout}s\n--- stderr ---\n{_tail(self.log_path)}")
+        if line is None:
+            self._lines.put(None)
+            raise AssertionError(f"server closed stdout (rc={self.proc.poll()})\n--- stderr ---\n{_tail(self.log_path)}")
+        self.raw_lines.append(line)
+        try:
+            text = line.decode("utf-8")  # strict: the server must emit valid UTF-8
+        except UnicodeDecodeError as e:
+            raise AssertionError(f"server emitted invalid UTF-8 on stdout: {line[:300]!r}") from e
+        try:
+            msg = json.loads(text)
+        except ValueError as e:
+            raise AssertionError(f"server emitted a non-JSON stdout line: {line[:300]!r}") from e
+        assert isinstance(msg, dict), f"expected a JSON object per line, got {text[:200]}"
+        assert msg.get("jsonrpc") == "2.0", f"missing jsonrpc 2.0: {text[:200]}"
+        return msg
+
+    def wait_response(self, req_id: Any, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no response to id {req_id!r} within {timeout}s")
+            msg = self.recv(left)
+            if "method" in msg and "id" not in msg:
+                self.notifications.append(msg)
+                continue
+            if "method" in msg:  # server->client request; not expected, answer with an error
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "unsupported"}})
+                continue
+            if msg.get("id") == req_id:
+                return msg
+            raise AssertionError(f"unexpected message while waiting for id {req_id!r}: {msg}")
+
+    def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60) -> dict[str, Any]:
+        req_id = self._next_id
+        self._next_id += 1
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self.wait_response(req_id, timeout)
+
+    def initialize(self) -> dict[str, Any]:
+        r = self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "cubicle-raw-test", "version": "0"},
+            },
+        )
+        assert "result" in r, f"initialize failed: {r}"
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return r["result"]
+
+    def call_tool(self, name: str, arguments: dict[str, Any], timeout: float = 90) -> dict[str, Any]:
+        r = self.request("tools/call", {"name": name, "arguments": arguments}, timeout)
+        assert "result" in r, f"tools/call {name} gave a JSON-RPC error: {r}"
+        return r["result"]
+
+    def ok(self, name: str, arguments: dict[str, Any], timeout: float = 90) -> dict[str, Any]:
+        res = self.call_tool(name, arguments, timeout)
+        assert not res.get("isError"), f"{name}({arguments}) isError: {res}\n--- stderr ---\n{_tail(self.log_path)}"
+        return res["structuredContent"]
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stderr_tail(self) -> str:
+        self._errlog.flush()
+        return _tail(self.log_path)
+
+    def terminate_hard(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.close_stdin()
+        self._errlog.close()
+
+
+@pytest.fixture
+def raw_server():
+    """Factory: raw_server("--max-sandboxes", "2", env={...}) -> started RawServer (not yet initialized)."""
+    started: list[RawServer] = []
+
+    def make(*args: str, env: dict[str, str] | None = None, default_image: bool = True) -> RawServer:
+        s = RawServer(server_args(args, default_image), server_env(env))
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.terminate_hard()
+
+
+# --------------------------------------------------------------------------
+# fixtures
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cubicle_bin() -> Path:
+    problem = _binary_problem()
+    if problem:
+        pytest.skip(problem)
+    return CUBICLE_BIN
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(cubicle_bin: Path) -> str:
+    problem = _image_problem()
+    if problem:
+        pytest.skip(problem)
+    return IMAGE
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_containers():
+    """At the end of the run, no managed container created during the run may remain."""
+    if not _docker_available():
+        yield
+        return
+    before = set(docker_ids(MANAGED_LABEL))
+    yield
+    leaked: set[str] = set()
+
+    def clean() -> bool:
+        nonlocal leaked
+        leaked = set(docker_ids(MANAGED_LABEL)) - before
+        return not leaked
+
+    if not wait_until(clean, timeout=15, interval=0.5):
+        details = []
+        for cid in sorted(leaked):
+            r = docker("inspect", "--format", "{{.Name}} {{.State.Status}} {{json .Config.Labels}}", cid, check=False)
+            details.append(f"  {cid[:12]} {r.stdout.strip()}")
+        pytest.fail(
+            f"{len(leaked)} container(s) labelled {MANAGED_LABEL} created during this test run were not removed:\n"
+            + "\n".join(details),
+            pytrace=False,
+        )
+
+
+# attach the stderr of servers started during a failing test to its report
+@pytest.fixture(autouse=True)
+def _server_log_marker(request: pytest.FixtureRequest):
+    request.node._cubicle_log_start = len(_SERVER_LOGS)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when in ("call", "setup"):
+        start = getattr(item, "_cubicle_log_start", len(_SERVER_LOGS))
+        for p in _SERVER_LOGS[start:][-4:]:
+            report.sections.append((f"cubicle stderr {p.name}", _tail(p, 3000)))

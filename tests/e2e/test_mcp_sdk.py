@@ -1,0 +1,553 @@
+"""End-to-end tests driving cubicle through the official MCP Python SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from conftest import (
+    IMAGE,
+    TOOL_NAMES,
+    async_wait_until,
+    container_exists,
+    docker,
+    docker_ids,
+    instance_of,
+    result_text,
+    start_server,
+)
+from mcp.shared.exceptions import MCPError
+
+# --------------------------------------------------------------------------
+# shared server / sandbox (module scope)
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def srv(sandbox_image):
+    async with start_server(tag="e2e-shared") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def sandbox(srv) -> dict[str, Any]:
+    sb = await srv.new_sandbox()
+    yield sb
+    try:
+        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
+    except Exception:
+        pass
+
+
+async def with_pings(srv, coro, *, interval: float = 0.25, max_latency: float = 2.0):
+    """Run `coro` while pinging the server; every ping must be answered promptly.
+
+    Returns (result_of_coro, number_of_pings, worst_latency)."""
+    task = asyncio.ensure_future(coro)
+    pings = 0
+    worst = 0.0
+    try:
+        while not task.done():
+            t0 = time.monotonic()
+            try:
+                await asyncio.wait_for(srv.session.send_ping(), timeout=max_latency)
+            except asyncio.TimeoutError:
+                raise AssertionError(
+                    f"ping not answered within {max_latency}s while a tool call was running (ping #{pings + 1})"
+                )
+            worst = max(worst, time.monotonic() - t0)
+            pings += 1
+            await asyncio.wait({task}, timeout=interval)
+        return await task, pings, worst
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+# --------------------------------------------------------------------------
+# handshake and tool listing
+# --------------------------------------------------------------------------
+
+
+async def test_initialize_handshake(srv):
+    init = srv.init_result
+    assert init is not None
+    assert init.protocol_version in ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+    assert init.server_info is not None and init.server_info.name, "serverInfo.name missing"
+    assert init.server_info.version, "serverInfo.version missing"
+    assert init.capabilities.tools is not None, "server must advertise the tools capability"
+    await srv.session.send_ping()
+
+
+def _schema_violations(schema: Any, path: str = "$") -> list[str]:
+    """Every array must declare items, every object must declare properties (recursively)."""
+    out: list[str] = []
+    if isinstance(schema, dict):
+        types = schema.get("type")
+        types = types if isinstance(types, list) else [types]
+        if "array" in types and "items" not in schema:
+            out.append(f"{path}: array without items")
+        if "object" in types and "properties" not in schema:
+            out.append(f"{path}: object without properties")
+        for k, v in schema.items():
+            if k in ("properties", "patternProperties", "$defs", "definitions") and isinstance(v, dict):
+                for name, sub in v.items():
+                    out += _schema_violations(sub, f"{path}.{k}.{name}")
+            elif k in ("items", "additionalProperties", "not", "contains") and isinstance(v, dict):
+                out += _schema_violations(v, f"{path}.{k}")
+            elif k in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(v, list):
+                for i, sub in enumerate(v):
+                    out += _schema_violations(sub, f"{path}.{k}[{i}]")
+    return out
+
+
+async def test_tools_list_exact_and_strict(srv):
+    res = await srv.session.list_tools()
+    tools = {t.name: t for t in res.tools}
+    assert set(tools) == TOOL_NAMES, f"tools/list names: {sorted(tools)}"
+    required = {
+        "initialize_sandbox": set(),
+        "execute_code": {"code"},
+        "run_command": {"sandbox_id", "command"},
+        "get_sandbox_status": set(),
+        "stop_sandbox": {"sandbox_id"},
+    }
+    problems: list[str] = []
+    for name, tool in tools.items():
+        assert tool.description, f"{name}: no description"
+        ins = tool.input_schema
+        assert ins.get("type") == "object", f"{name}: inputSchema type {ins.get('type')}"
+        assert set(ins.get("required", [])) == required[name], f"{name}: required {ins.get('required')}"
+        assert tool.output_schema is not None, f"{name}: no outputSchema"
+        assert tool.output_schema.get("type") == "object", f"{name}: outputSchema type"
+        assert tool.annotations is not None, f"{name}: no annotations"
+        problems += [f"{name} inputSchema {p}" for p in _schema_violations(ins)]
+        problems += [f"{name} outputSchema {p}" for p in _schema_violations(tool.output_schema)]
+    assert not problems, "non-strict schemas:\n" + "\n".join(problems)
+
+    ex = tools["execute_code"].input_schema["properties"]
+    assert {"code", "language", "sandbox_id", "timeout_s"} <= set(ex), ex
+    init = tools["initialize_sandbox"].input_schema["properties"]
+    assert {"image", "network", "memory_mb", "cpus", "env"} <= set(init), init
+    out = tools["execute_code"].output_schema["properties"]
+    assert {"stdout", "stderr", "exit_code", "timed_out", "truncated", "duration_ms"} <= set(out), out
+    rc = tools["run_command"].output_schema["properties"]
+    assert "results" in rc
+
+
+# --------------------------------------------------------------------------
+# execute_code basics
+# --------------------------------------------------------------------------
+
+
+async def test_execute_python_throwaway(srv):
+    sc = await srv.ok("execute_code", {"code": "print(6*7)"})
+    assert sc["stdout"] == "42\n"
+    assert sc["stderr"] == ""
+    assert sc["exit_code"] == 0
+    assert sc["timed_out"] is False
+    assert sc["truncated"] is False
+    assert isinstance(sc["duration_ms"], (int, float)) and sc["duration_ms"] >= 0
+
+
+@pytest.mark.parametrize(
+    "language,code",
+    [
+        ("javascript", "console.log(6*7)"),
+        ("node", "console.log([1,2,3].map(x => x * 14).pop())"),
+        ("js", "process.stdout.write(String(6*7) + '\\n')"),
+        ("bash", "echo $((6*7))"),
+        ("sh", "echo 42"),
+        ("shell", "x=41; echo $((x+1))"),
+        ("python", "import sys; sys.stdout.write(str(42) + '\\n')"),
+    ],
+)
+async def test_execute_languages(srv, language, code):
+    sc = await srv.ok("execute_code", {"code": code, "language": language})
+    assert sc["exit_code"] == 0, sc
+    assert sc["stdout"] == "42\n", sc
+
+
+async def test_execute_stderr_and_exit_code_is_not_error(srv):
+    sc = await srv.ok(
+        "execute_code", {"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)"}
+    )
+    assert sc["stdout"] == "out\n"
+    assert sc["stderr"] == "err\n"
+    assert sc["exit_code"] == 3
+    assert sc["timed_out"] is False
+
+
+async def test_execute_signal_exit_code(srv):
+    sc = await srv.ok("execute_code", {"code": "kill -9 $$", "language": "bash"})
+    assert sc["exit_code"] == 128 + 9, sc
+
+
+async def test_execute_in_persistent_sandbox_keeps_state(srv, sandbox):
+    sid = sandbox["sandbox_id"]
+    sc = await srv.ok(
+        "execute_code",
+        {"code": "open('/workspace/state.txt','w').write('hello')", "sandbox_id": sid},
+    )
+    assert sc["exit_code"] == 0, sc
+    sc = await srv.ok("execute_code", {"code": "cat /workspace/state.txt", "language": "bash", "sandbox_id": sid})
+    assert sc["stdout"] == "hello"
+    sc = await srv.ok(
+        "execute_code", {"code": "console.log(require('fs').readFileSync('/workspace/state.txt','utf8'))",
+                         "language": "javascript", "sandbox_id": sid}
+    )
+    assert sc["stdout"] == "hello\n"
+
+
+async def test_throwaway_container_removed_before_return(srv, sandbox):
+    inst = await asyncio.to_thread(instance_of, sandbox["container_id"])
+    before = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
+    sc = await srv.ok("execute_code", {"code": "print('x')"})
+    assert sc["stdout"] == "x\n"
+    after = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
+    assert after == before, f"throwaway container(s) still present after the call returned: {after - before}"
+
+
+async def test_output_truncated(srv):
+    sc = await srv.ok(
+        "execute_code",
+        {"code": "import sys\nsys.stdout.write('a' * (3 * 1024 * 1024))\nsys.stderr.write('e')\nprint('tail?')"},
+    )
+    assert sc["truncated"] is True, {k: v for k, v in sc.items() if k not in ("stdout",)}
+    assert sc["exit_code"] == 0
+    assert 512 * 1024 <= len(sc["stdout"]) <= 1024 * 1024 + 4096, len(sc["stdout"])
+    assert set(sc["stdout"][:1000]) == {"a"}
+    assert sc["stderr"] == "e"
+
+
+# --------------------------------------------------------------------------
+# streaming progress
+# --------------------------------------------------------------------------
+
+
+async def test_progress_notifications_stream_output(srv):
+    events: list[tuple[float, float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        events.append((time.monotonic(), progress, message))
+
+    code = "import time\nfor i in range(7):\n    print(f'line {i}', flush=True)\n    time.sleep(0.3)\n"
+    t0 = time.monotonic()
+    sc = await srv.ok("execute_code", {"code": code}, progress=on_progress)
+    t_end = time.monotonic()
+    assert sc["exit_code"] == 0
+    assert sc["stdout"] == "".join(f"line {i}\n" for i in range(7))
+
+    assert len(events) >= 3, f"expected streamed progress notifications, got {len(events)}: {events}"
+    progresses = [p for _, p, _ in events]
+    assert all(b > a for a, b in zip(progresses, progresses[1:])), f"progress not increasing: {progresses}"
+    streamed = "".join(m or "" for _, _, m in events)
+    for i in range(7):
+        assert f"line {i}" in streamed, f"'line {i}' never streamed; messages: {streamed!r}"
+    first, last = events[0][0], events[-1][0]
+    assert t_end - first >= 1.0, (
+        f"first progress arrived only {t_end - first:.2f}s before the result (call took {t_end - t0:.2f}s): not streamed"
+    )
+    assert last - first >= 1.0, f"progress arrivals not spread in time: {[round(t - t0, 2) for t, _, _ in events]}"
+
+
+async def test_progress_in_persistent_sandbox_includes_stderr(srv, sandbox):
+    events: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        events.append(message)
+
+    code = "import sys, time\nprint('to-out', flush=True)\ntime.sleep(0.3)\nprint('to-err', file=sys.stderr, flush=True)"
+    sc = await srv.ok("execute_code", {"code": code, "sandbox_id": sandbox["sandbox_id"]}, progress=on_progress)
+    assert sc["stdout"] == "to-out\n" and sc["stderr"] == "to-err\n"
+    joined = "".join(m or "" for m in events)
+    assert "to-out" in joined and "to-err" in joined, events
+
+
+# --------------------------------------------------------------------------
+# hostile programs: clean results, server stays responsive
+# --------------------------------------------------------------------------
+
+
+async def test_timeout_while_true(srv):
+    t0 = time.monotonic()
+    r, pings, worst = await with_pings(srv, srv.ok("execute_code", {"code": "while True: pass", "timeout_s": 2}))
+    elapsed = time.monotonic() - t0
+    assert r["timed_out"] is True, r
+    assert elapsed < 6.0, f"timeout_s=2 took {elapsed:.1f}s"
+    assert r["exit_code"] != 0
+    assert pings >= 2, pings
+
+
+async def test_timeout_in_persistent_sandbox_kills_process(srv, sandbox):
+    sid = sandbox["sandbox_id"]
+    t0 = time.monotonic()
+    r = await srv.ok("execute_code", {"code": "sleep 1000", "language": "bash", "sandbox_id": sid, "timeout_s": 2})
+    assert r["timed_out"] is True and time.monotonic() - t0 < 6.0, r
+
+    def no_sleep() -> bool:
+        top = docker("top", sandbox["container_id"], "-eo", "pid,args", check=False).stdout
+        return "sleep 1000" not in top
+
+    assert await async_wait_until(no_sleep, timeout=5), "timed-out process still running in the sandbox"
+
+
+async def test_fork_bomb_contained(srv):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    t0 = time.monotonic()
+    r, pings, worst = await with_pings(srv, srv.ok("execute_code", {"code": code, "timeout_s": 5}, timeout=60))
+    assert time.monotonic() - t0 < 30, "fork bomb call took too long"
+    assert r["timed_out"] is True or r["exit_code"] != 0, r
+    assert pings >= 2
+    # the server and host still work afterwards
+    sc = await srv.ok("execute_code", {"code": "print('alive')"})
+    assert sc["stdout"] == "alive\n"
+
+
+async def test_bash_fork_bomb_contained(srv):
+    t0 = time.monotonic()
+    r, pings, _ = await with_pings(
+        srv, srv.ok("execute_code", {"code": ":(){ :|:& };:", "language": "bash", "timeout_s": 5}, timeout=60)
+    )
+    # bash may return at once (the bomb runs in the background) or be timed out;
+    # either way it must come back as a clean result within a bounded time.
+    assert time.monotonic() - t0 < 30, "bash fork bomb call took too long"
+    assert isinstance(r["exit_code"], int) and isinstance(r["timed_out"], bool)
+    sc = await srv.ok("execute_code", {"code": "echo alive", "language": "bash"})
+    assert sc["stdout"] == "alive\n"
+
+
+async def test_memory_bomb_contained():
+    async with start_server("--memory-mb", "256", tag="e2e-mem") as s:
+        code = "x = bytearray(b'x') * (2 * 1024 ** 3)\nprint('allocated', len(x))"
+        t0 = time.monotonic()
+        r, pings, _ = await with_pings(s, s.ok("execute_code", {"code": code, "timeout_s": 30}, timeout=90))
+        assert "allocated" not in r["stdout"], f"2 GB allocation succeeded under --memory-mb 256: {r}"
+        assert r["exit_code"] != 0, r
+        assert r["timed_out"] is False, f"memory bomb was not killed, it timed out: {r}"
+        assert time.monotonic() - t0 < 60
+        assert pings >= 1
+        sc = await s.ok("execute_code", {"code": "print('alive')"})
+        assert sc["stdout"] == "alive\n"
+
+
+async def test_network_blocked_by_default(srv):
+    code = (
+        "import socket\n"
+        "try:\n"
+        "    socket.create_connection(('1.1.1.1', 53), timeout=3)\n"
+        "    print('CONNECTED')\n"
+        "except OSError as e:\n"
+        "    print('blocked', type(e).__name__, e)\n"
+    )
+    r, pings, _ = await with_pings(srv, srv.ok("execute_code", {"code": code, "timeout_s": 10}))
+    assert "CONNECTED" not in r["stdout"], r
+    assert r["stdout"].startswith("blocked"), r
+    assert r["exit_code"] == 0
+
+
+async def test_uncaught_network_error_is_clean_result(srv):
+    r = await srv.ok("execute_code", {"code": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3)"})
+    assert r["exit_code"] != 0
+    assert "Error" in r["stderr"], r
+
+
+# --------------------------------------------------------------------------
+# cancellation
+# --------------------------------------------------------------------------
+
+
+async def test_cancel_running_execute_code_kills_process(srv):
+    sb = await srv.new_sandbox()
+    sid, cid = sb["sandbox_id"], sb["container_id"]
+    try:
+        task = asyncio.ensure_future(
+            srv.call("execute_code", {"code": "import time\ntime.sleep(60)", "sandbox_id": sid, "timeout_s": 120})
+        )
+
+        def python_running() -> bool:
+            top = docker("top", cid, "-eo", "pid,comm,args", check=False).stdout
+            return "python" in top
+
+        assert await async_wait_until(python_running, timeout=15), "the sleep never started in the sandbox"
+        task.cancel()  # the SDK sends notifications/cancelled for the in-flight request
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        t0 = time.monotonic()
+        gone = await async_wait_until(lambda: not python_running(), timeout=5)
+        top = await asyncio.to_thread(lambda: docker("top", cid, "-eo", "pid,comm,args", check=False).stdout)
+        assert gone, f"process still running {time.monotonic() - t0:.1f}s after cancellation:\n{top}"
+
+        # the server is still healthy and the sandbox still usable
+        await srv.session.send_ping()
+        res = await srv.sh(sid, "ps -eo comm")
+        assert "python" not in res["stdout"], res
+        assert res["exit_code"] == 0
+    finally:
+        await srv.call("stop_sandbox", {"sandbox_id": sid}, timeout=30)
+
+
+async def test_cancel_throwaway_removes_container(srv, sandbox):
+    inst = await asyncio.to_thread(instance_of, sandbox["container_id"])
+    before = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
+    task = asyncio.ensure_future(srv.call("execute_code", {"code": "import time\ntime.sleep(60)", "timeout_s": 120}))
+
+    def extra() -> set[str]:
+        return set(docker_ids(f"io.cubicle.instance={inst}")) - before
+
+    assert await async_wait_until(lambda: bool(extra()), timeout=15), "throwaway container never appeared"
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await async_wait_until(lambda: not extra(), timeout=8), (
+        f"throwaway container(s) not removed after cancellation: {await asyncio.to_thread(extra)}"
+    )
+    await srv.session.send_ping()
+
+
+# --------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------
+
+
+async def test_unknown_sandbox_is_error(srv):
+    bogus = "sb-does-not-exist-12345"
+    for name, args in [
+        ("execute_code", {"code": "print(1)", "sandbox_id": bogus}),
+        ("run_command", {"sandbox_id": bogus, "command": "true"}),
+        ("get_sandbox_status", {"sandbox_id": bogus}),
+        ("stop_sandbox", {"sandbox_id": bogus}),
+    ]:
+        r = await srv.call(name, args)
+        assert r.is_error, f"{name} with unknown sandbox_id did not fail: {r.structured_content}"
+        text = result_text(r)
+        low = text.lower()
+        assert bogus in text or any(w in low for w in ("unknown", "not found", "no such", "does not exist")), (
+            f"{name}: unhelpful error message: {text!r}"
+        )
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("execute_code", {}),
+        ("execute_code", {"language": "python"}),
+        ("execute_code", {"code": 123}),
+        ("execute_code", {"code": "print(1)", "timeout_s": "soon"}),
+        ("execute_code", {"code": "print(1)", "language": "cobol"}),
+        ("execute_code", {"code": ["print(1)"]}),
+        ("run_command", {"command": "ls"}),
+        ("run_command", {"sandbox_id": 5, "command": "ls"}),
+        ("initialize_sandbox", {"network": "yes"}),
+        ("initialize_sandbox", {"env": {"A": 1}}),
+        ("initialize_sandbox", {"memory_mb": "lots"}),
+        ("stop_sandbox", {}),
+    ],
+)
+async def test_bad_arguments(srv, name, args):
+    kind, detail = await srv.tool_error(name, args)
+    if kind == "jsonrpc":
+        assert detail.code == -32602, f"{name}({args}) -> JSON-RPC error {detail.code} {detail.message}"
+    await srv.session.send_ping()
+
+
+async def test_unknown_tool_is_error(srv):
+    with pytest.raises(MCPError) as ei:
+        await srv.session.call_tool("no_such_tool", {})
+    assert ei.value.code == -32602, ei.value
+
+
+# --------------------------------------------------------------------------
+# concurrency
+# --------------------------------------------------------------------------
+
+
+async def test_concurrent_execute_code_overlap(srv):
+    code = "import time\nprint(time.time())\ntime.sleep(3)\nprint(time.time())"
+    t0 = time.monotonic()
+    a, b = await asyncio.gather(srv.ok("execute_code", {"code": code}), srv.ok("execute_code", {"code": code}))
+    total = time.monotonic() - t0
+    sa, ea = map(float, a["stdout"].split())
+    sb, eb = map(float, b["stdout"].split())
+    assert sa < eb and sb < ea, f"the two programs did not run at the same time: a=[{sa},{ea}] b=[{sb},{eb}]"
+    assert total < 6.0 + 2.0, f"two 3 s calls took {total:.1f}s"
+
+
+async def test_concurrent_calls_in_same_sandbox(srv, sandbox):
+    sid = sandbox["sandbox_id"]
+    code = "import time\nprint(time.time())\ntime.sleep(2)\nprint(time.time())"
+    a, b = await asyncio.gather(
+        srv.ok("execute_code", {"code": code, "sandbox_id": sid}),
+        srv.ok("execute_code", {"code": code, "sandbox_id": sid}),
+    )
+    sa, ea = map(float, a["stdout"].split())
+    sb, eb = map(float, b["stdout"].split())
+    assert sa < eb and sb < ea, f"calls in one sandbox were serialized: a=[{sa},{ea}] b=[{sb},{eb}]"
+
+
+# --------------------------------------------------------------------------
+# sandbox tools via the SDK
+# --------------------------------------------------------------------------
+
+
+async def test_initialize_sandbox_result(srv):
+    sb = await srv.new_sandbox(memory_mb=128, cpus=0.5)
+    try:
+        assert sb["image"] == IMAGE
+        assert sb["network"] is False
+        assert sb["memory_mb"] == 128
+        assert float(sb["cpus"]) == 0.5
+        assert sb["sandbox_id"] and sb["container_id"]
+        assert await asyncio.to_thread(container_exists, sb["container_id"])
+        st = await srv.ok("get_sandbox_status", {"sandbox_id": sb["sandbox_id"]})
+        assert len(st["sandboxes"]) == 1
+        one = st["sandboxes"][0]
+        assert one["sandbox_id"] == sb["sandbox_id"] and one["container_id"] == sb["container_id"]
+        assert one["state"] == "running"
+        assert one["image"] == IMAGE and one["network"] is False
+        assert one["memory_mb"] == 128 and float(one["cpus"]) == 0.5
+        assert one["age_s"] >= 0
+        allsb = await srv.ok("get_sandbox_status", {})
+        assert sb["sandbox_id"] in {x["sandbox_id"] for x in allsb["sandboxes"]}
+    finally:
+        st = await srv.ok("stop_sandbox", {"sandbox_id": sb["sandbox_id"]})
+        assert st == {"sandbox_id": sb["sandbox_id"], "stopped": True}
+    assert not await asyncio.to_thread(container_exists, sb["container_id"])
+    kind, _ = await srv.tool_error("get_sandbox_status", {"sandbox_id": sb["sandbox_id"]})
+    assert kind == "isError"
+
+
+async def test_run_command_sequence(srv, sandbox):
+    sid = sandbox["sandbox_id"]
+    sc = await srv.ok(
+        "run_command",
+        {"sandbox_id": sid, "command": ["pwd", "echo hi > f.txt && cat f.txt", "exit 4", "echo err >&2; ls f.txt"]},
+    )
+    res = sc["results"]
+    assert [r["command"] for r in res] == ["pwd", "echo hi > f.txt && cat f.txt", "exit 4", "echo err >&2; ls f.txt"]
+    assert res[0]["stdout"] == "/workspace\n" and res[0]["exit_code"] == 0
+    assert res[1]["stdout"] == "hi\n"
+    assert res[2]["exit_code"] == 4 and res[2]["timed_out"] is False
+    assert res[3]["stdout"] == "f.txt\n" and res[3]["stderr"] == "err\n"
+    one = await srv.sh(sid, "cat /workspace/f.txt")
+    assert one["stdout"] == "hi\n"
+
+
+async def test_run_command_timeout(srv, sandbox):
+    t0 = time.monotonic()
+    sc = await srv.ok("run_command", {"sandbox_id": sandbox["sandbox_id"], "command": "sleep 100", "timeout_s": 2})
+    assert sc["results"][0]["timed_out"] is True
+    assert time.monotonic() - t0 < 6.0
+
+
+async def test_server_default_timeout_flag():
+    async with start_server("--timeout-s", "2", tag="e2e-timeout") as s:
+        t0 = time.monotonic()
+        r = await s.ok("execute_code", {"code": "while True: pass"})
+        assert r["timed_out"] is True
+        assert time.monotonic() - t0 < 6.0
