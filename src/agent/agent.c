@@ -222,6 +222,13 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
     if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
         child_fail(ep, STAGE_SETUP);
     cloexec_from_3();
+    /* When the sandbox runs out of memory the kernel must pick the program,
+     * never the agent; raising one's own score needs no privilege. */
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (oom >= 0) {
+        if (write(oom, "1000", 4) < 0) { /* best effort: /proc may be absent */ }
+        close(oom);
+    }
     if (r->cwd[0] && chdir(r->cwd) < 0)
         child_fail(ep, STAGE_CHDIR);
     /* Overrides go into our own environment so that a PATH override also
