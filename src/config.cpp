@@ -61,6 +61,12 @@ const std::vector<Option>& options() {
          }},
         {"--allow-network", "CUBICLE_ALLOW_NETWORK", "", "let clients ask for network: true (off by default)",
          [](Config& c, std::string_view v) { c.allow_network = parse_bool("--allow-network", v); }},
+        {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
+         [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
+        {"--pool-refill", "CUBICLE_POOL_REFILL", "N", "warm sandboxes started at once when refilling",
+         [](Config& c, std::string_view v) { c.pool_refill = parse_number("--pool-refill", v, 1, 64); }},
+        {"--pool-idle-s", "CUBICLE_POOL_IDLE_S", "N", "empty the pool after this long unused",
+         [](Config& c, std::string_view v) { c.pool_idle_s = parse_number("--pool-idle-s", v, 1, 86400 * 7); }},
         {"--log-level", "CUBICLE_LOG_LEVEL", "LEVEL", "debug, info, warning or error (to stderr)",
          [](Config& c, std::string_view v) {
              if (v != "debug" && v != "info" && v != "warning" && v != "error")

@@ -33,6 +33,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
         co_await docker.connect();
         log::debug("Docker Engine API {}", docker.api_version());
         co_await manager.remove_orphans();
+        manager.start_pool();
     } catch (const std::exception& e) {
         // Keep serving: every tool call will explain the problem to the client.
         log::error("{}", e.what());

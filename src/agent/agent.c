@@ -9,13 +9,20 @@
  * Frame (both directions): u32 BE payload length, u8 type, u32 BE exec id,
  * then the payload.
  *
- *   server -> agent: 0x01 RUN, 0x02 KILL, 0x03 PING
+ *   server -> agent: 0x01 RUN, 0x02 KILL, 0x03 PING, 0x04 STDIN, 0x05 OPEN
  *   agent -> server: 0x10 HELLO, 0x11 STDOUT, 0x12 STDERR, 0x13 EXIT,
- *                    0x14 ERROR, 0x15 PONG
+ *                    0x14 ERROR, 0x15 PONG, 0x16 CONTROL
+ *
+ * RUN starts a one-shot program: its payload ends with the whole of its
+ * stdin, which is closed once written.  OPEN (same payload) starts a
+ * long-lived session, e.g. an interpreter running many code cells: its stdin
+ * stays open for STDIN frames (an empty one closes it), output caps do not
+ * apply, and it gets a control pipe as fd 3 whose bytes come back as CONTROL
+ * frames, each only after all stdout/stderr the child wrote before them.
  *
  * The agent is single-threaded: one poll() loop multiplexes its own stdin,
- * every child's stdout/stderr/stdin pipe and a signalfd for SIGCHLD, with
- * the nearest deadline (timeout or post-exit drain) as the poll timeout.
+ * every child's stdout/stderr/control/stdin pipe and a signalfd for SIGCHLD,
+ * with the nearest deadline (timeout or post-exit drain) as the poll timeout.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -41,10 +49,12 @@
 #define DRAIN_US    100000        /* how long to drain pipes after exit */
 
 enum {
-    F_RUN = 0x01, F_KILL = 0x02, F_PING = 0x03,
+    F_RUN = 0x01, F_KILL = 0x02, F_PING = 0x03, F_STDIN = 0x04, F_OPEN = 0x05,
     F_HELLO = 0x10, F_STDOUT = 0x11, F_STDERR = 0x12, F_EXIT = 0x13,
-    F_ERROR = 0x14, F_PONG = 0x15,
+    F_ERROR = 0x14, F_PONG = 0x15, F_CONTROL = 0x16,
 };
+
+#define CONTROL_FD 3   /* where OPEN children find their control pipe */
 
 /* One running (or draining) execution. */
 struct exec {
@@ -52,9 +62,11 @@ struct exec {
     uint32_t id;
     pid_t pid;              /* main child; also its process group id */
     int out[2];             /* read ends of child stdout/stderr, -1 = closed */
+    int ctl_fd;             /* read end of the control pipe, -1 = none/closed */
     int in_fd;              /* write end of child stdin, -1 = closed */
-    char *in_buf;           /* pending stdin data (owned) */
+    char *in_buf;           /* queued stdin data not yet written (owned) */
     size_t in_len, in_off;
+    int in_eof;             /* close stdin once the queue is written */
     uint64_t cap;           /* per-stream output cap, 0 = none */
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
@@ -207,9 +219,25 @@ static void cloexec_from_3(void)
         fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+/* Give an OPEN child its control pipe as fd 3, the only fd above 2 that
+ * survives exec.  Runs after cloexec_from_3, so every other fd is CLOEXEC. */
+static void install_control_fd(int ctl_w, int *ep)
+{
+    if (*ep == CONTROL_FD) {   /* keep the error pipe from being clobbered */
+        int moved = fcntl(*ep, F_DUPFD_CLOEXEC, CONTROL_FD + 1);
+        if (moved < 0)
+            child_fail(*ep, STAGE_SETUP);
+        *ep = moved;
+    }
+    if (ctl_w == CONTROL_FD ? fcntl(ctl_w, F_SETFD, 0) < 0 : dup2(ctl_w, CONTROL_FD) < 0)
+        child_fail(*ep, STAGE_SETUP);
+}
+
 /* Runs in the forked child; never returns.  The agent is single-threaded,
- * so using non-async-signal-safe libc calls (putenv) after fork is fine. */
-static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, int ep)
+ * so using non-async-signal-safe libc calls (putenv) after fork is fine.
+ * ctl_w is the control pipe's write end for OPEN, -1 for RUN. */
+static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, int ctl_w,
+                      int ep)
 {
     sigset_t none;
 
@@ -222,6 +250,8 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
     if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
         child_fail(ep, STAGE_SETUP);
     cloexec_from_3();
+    if (ctl_w >= 0)
+        install_control_fd(ctl_w, &ep);
     /* When the sandbox runs out of memory the kernel must pick the program,
      * never the agent; raising one's own score needs no privilege. */
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -240,7 +270,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
     child_fail(ep, STAGE_EXEC);
 }
 
-/* ---- RUN handling ---------------------------------------------------- */
+/* ---- RUN / OPEN handling --------------------------------------------- */
 
 /* Next NUL-terminated string at *p, or NULL if the payload ends first. */
 static char *next_str(char **p, char *end)
@@ -337,27 +367,63 @@ static int exec_failed(uint32_t id, pid_t pid, int ep, const struct run_req *r)
     return 1;
 }
 
-/* Fork and exec one RUN.  On success the execution joins the poll loop;
- * otherwise an ERROR frame is sent and nothing is left behind. */
-static void spawn(uint32_t id, const struct run_req *r)
+static void clear_stdin_queue(struct exec *e)
+{
+    free(e->in_buf);
+    e->in_buf = NULL;
+    e->in_len = e->in_off = 0;
+}
+
+static void close_stdin(struct exec *e)
+{
+    close_fd(&e->in_fd);
+    clear_stdin_queue(e);
+}
+
+/* Append to the stdin queue; the poll loop writes it out as the pipe
+ * accepts it.  Returns -1 if out of memory. */
+static int queue_stdin(struct exec *e, const char *data, size_t len)
+{
+    if (e->in_off) {   /* drop what was written so the queue cannot creep */
+        memmove(e->in_buf, e->in_buf + e->in_off, e->in_len - e->in_off);
+        e->in_len -= e->in_off;
+        e->in_off = 0;
+    }
+    char *nb = realloc(e->in_buf, e->in_len + len);
+    if (!nb)
+        return -1;
+    memcpy(nb + e->in_len, data, len);
+    e->in_buf = nb;
+    e->in_len += len;
+    return 0;
+}
+
+/* Fork and exec one RUN (session = 0) or OPEN (session = 1).  On success
+ * the execution joins the poll loop; otherwise an ERROR frame is sent and
+ * nothing is left behind. */
+static void spawn(uint32_t id, const struct run_req *r, int session)
 {
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
+    int ctl[2] = { -1, -1 };
     struct exec *e = calloc(1, sizeof *e);
-    char *buf = r->in_len ? malloc(r->in_len) : NULL;
 
-    if (!e || (r->in_len && !buf)) {
+    if (e)
+        e->in_fd = e->ctl_fd = e->out[0] = e->out[1] = -1;
+    /* queue the initial stdin before forking: afterwards we could not fail
+     * without leaving a running child behind */
+    if (!e || (r->in_len && queue_stdin(e, r->in, r->in_len))) {
         send_error(id, "out of memory");
         goto fail;
     }
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
-        pipe2(err, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) {
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+        pipe2(ep, O_CLOEXEC) || (session && pipe2(ctl, O_CLOEXEC))) {
         send_error(id, "cannot create pipes: %s", strerror(errno));
         goto fail;
     }
     e->start_us = now_us();
     pid_t pid = fork();
     if (pid == 0)
-        run_child(r, in[0], out[1], err[1], ep[1]);
+        run_child(r, in[0], out[1], err[1], ctl[1], ep[1]);
     if (pid < 0) {
         send_error(id, "cannot fork: %s", strerror(errno));
         goto fail;
@@ -366,6 +432,7 @@ static void spawn(uint32_t id, const struct run_req *r)
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);
+    close_fd(&ctl[1]);
     close_fd(&ep[1]);
     if (exec_failed(id, pid, ep[0], r))
         goto fail;
@@ -374,9 +441,10 @@ static void spawn(uint32_t id, const struct run_req *r)
     e->pid = pid;
     e->out[0] = out[0];
     e->out[1] = err[0];
+    e->ctl_fd = ctl[0];
     e->in_fd = in[1];
-    out[0] = err[0] = in[1] = -1;   /* now owned by e */
-    e->cap = r->cap;
+    out[0] = err[0] = ctl[0] = in[1] = -1;   /* now owned by e */
+    e->cap = session ? 0 : r->cap;   /* a session's output is never capped */
     /* clamp absurd timeouts instead of overflowing the deadline */
     if (r->timeout_ms)
         e->deadline_us = e->start_us + 1000 * (int64_t)(r->timeout_ms < 1000000000000ULL
@@ -384,41 +452,65 @@ static void spawn(uint32_t id, const struct run_req *r)
     set_nonblock(e->out[0]);
     set_nonblock(e->out[1]);
     set_nonblock(e->in_fd);
-    if (buf) {
-        memcpy(buf, r->in, r->in_len);
-        e->in_buf = buf;
-        e->in_len = r->in_len;
-    } else {
-        close_fd(&e->in_fd);   /* no stdin data: child sees EOF at once */
-    }
+    if (e->ctl_fd >= 0)
+        set_nonblock(e->ctl_fd);
+    /* A RUN's stdin is complete from the start; a session's stays open for
+     * STDIN frames until an empty one arrives. */
+    e->in_eof = !session;
+    if (e->in_eof && !e->in_len)
+        close_stdin(e);   /* no stdin data: child sees EOF at once */
     e->next = execs;
     execs = e;
     e = NULL;
-    buf = NULL;
 fail:
+    if (e)
+        close_stdin(e);
     free(e);
-    free(buf);
     close_pair(in);
     close_pair(out);
     close_pair(err);
+    close_pair(ctl);
     close_pair(ep);
 }
 
-static void handle_run(uint32_t id, char *payload, size_t len)
+/* RUN and OPEN share the payload layout; session selects OPEN. */
+static void handle_run(uint32_t id, char *payload, size_t len, int session)
 {
+    const char *what = session ? "OPEN" : "RUN";
     struct run_req r;
     const char *bad = parse_run(payload, len, &r);
 
     if (bad)
-        send_error(id, "malformed RUN: %s", bad);
+        send_error(id, "malformed %s: %s", what, bad);
     else if (id == 0)
-        send_error(id, "malformed RUN: exec id 0 is reserved");
+        send_error(id, "malformed %s: exec id 0 is reserved", what);
     else if (find_exec(id))
         send_error(id, "exec id %u is already in use", id);
     else
-        spawn(id, &r);
+        spawn(id, &r, session);
     free(r.argv);
     free(r.env);
+}
+
+/* STDIN: more input for an execution whose stdin is still open; an empty
+ * payload closes it once the queue is written.  A RUN's stdin counts as
+ * closed from the start (its RUN payload held all of it), so only sessions
+ * take STDIN.  Anything else is dropped silently: the execution may just
+ * have ended, which the server learns from its EXIT frame. */
+static void handle_stdin(uint32_t id, const char *data, size_t len)
+{
+    struct exec *e = find_exec(id);
+
+    if (!e || e->in_fd < 0 || e->in_eof)
+        return;
+    if (len == 0) {
+        e->in_eof = 1;
+        if (e->in_off == e->in_len)
+            close_stdin(e);
+    } else if (queue_stdin(e, data, len)) {
+        /* cannot keep the stream intact: end it rather than skip bytes */
+        close_stdin(e);
+    }
 }
 
 static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size_t len)
@@ -427,7 +519,11 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
 
     switch (type) {
     case F_RUN:
-        handle_run(id, (char *)payload, len);
+    case F_OPEN:
+        handle_run(id, (char *)payload, len, type == F_OPEN);
+        break;
+    case F_STDIN:
+        handle_stdin(id, (const char *)payload, len);
         break;
     case F_KILL:
         e = find_exec(id);
@@ -501,17 +597,18 @@ static void read_input(void)
 /* ---- execution I/O and lifecycle ------------------------------------- */
 
 /* Forward one chunk of child output, honouring the per-stream cap.  Beyond
- * the cap we keep reading and discarding so the child never blocks. */
-static void pump_output(struct exec *e, int s)
+ * the cap we keep reading and discarding so the child never blocks.
+ * Returns the number of bytes read, 0 if none (nothing ready, or EOF). */
+static size_t pump_output(struct exec *e, int s)
 {
     static char buf[CHUNK];
-    ssize_t n = read(e->out[s], buf, sizeof buf);
+    ssize_t n = e->out[s] < 0 ? 0 : read(e->out[s], buf, sizeof buf);
 
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return;
+        return 0;
     if (n <= 0) {
         close_fd(&e->out[s]);
-        return;
+        return 0;
     }
     size_t fwd = (size_t)n;
     if (e->cap && fwd > e->cap - e->sent[s]) {
@@ -522,16 +619,51 @@ static void pump_output(struct exec *e, int s)
         send_frame(s ? F_STDERR : F_STDOUT, e->id, buf, fwd);
         e->sent[s] += fwd;
     }
+    return (size_t)n;
 }
 
-static void close_stdin(struct exec *e)
+/* Forward whatever stream s held when we were called, but no more: a child
+ * that never stops writing must not keep us here. */
+static void drain_output(struct exec *e, int s)
 {
-    close_fd(&e->in_fd);
-    free(e->in_buf);
-    e->in_buf = NULL;
+    int avail = 0;
+
+    if (e->out[s] < 0)
+        return;
+    if (ioctl(e->out[s], FIONREAD, &avail) < 0)
+        avail = INT_MAX;   /* never for a pipe; keep the order promise anyway */
+    for (size_t left = (size_t)avail; left > 0;) {
+        size_t n = pump_output(e, s);
+        if (n == 0)
+            break;
+        left -= n < left ? n : left;
+    }
 }
 
-/* Feed stdin data as far as the pipe takes it; never block the agent. */
+/* Forward one chunk from the control pipe.  The child's output written before
+ * these bytes is already in its stdout/stderr pipes by now, so forwarding
+ * that first keeps the promised order.  Reading the control bytes before the
+ * drain matters: drained first, control bytes written after the drain could
+ * overtake output written in between. */
+static void pump_control(struct exec *e)
+{
+    static char buf[CHUNK];
+    ssize_t n = e->ctl_fd < 0 ? 0 : read(e->ctl_fd, buf, sizeof buf);
+
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        close_fd(&e->ctl_fd);
+        return;
+    }
+    drain_output(e, 0);
+    drain_output(e, 1);
+    send_frame(F_CONTROL, e->id, buf, (size_t)n);
+}
+
+/* Feed queued stdin as far as the pipe takes it; never block the agent.
+ * Once the queue is empty, stdin closes if EOF was asked for (always so for
+ * a RUN) and otherwise stays open for more. */
 static void pump_stdin(struct exec *e)
 {
     while (e->in_off < e->in_len) {
@@ -540,11 +672,28 @@ static void pump_stdin(struct exec *e)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        if (n < 0)
-            break;   /* EPIPE etc.: the child does not want more */
+        if (n < 0) {   /* EPIPE etc.: the child does not want more */
+            close_stdin(e);
+            return;
+        }
         e->in_off += (size_t)n;
     }
-    close_stdin(e);
+    if (e->in_eof)
+        close_stdin(e);
+    else
+        clear_stdin_queue(e);   /* a session's stdin waits for more */
+}
+
+/* The stdin pipe polled ready: write what is queued, or notice that the
+ * child closed its end (POLLERR) while nothing was queued. */
+static void service_stdin(struct exec *e, short revents)
+{
+    if (e->in_fd < 0)
+        return;
+    if (e->in_off < e->in_len)
+        pump_stdin(e);
+    else if (revents & (POLLERR | POLLHUP))
+        close_stdin(e);
 }
 
 /* Collect exited main children.  waitid(WNOWAIT) first, so the zombie still
@@ -589,6 +738,7 @@ static void finish(struct exec *e)
 
     close_fd(&e->out[0]);
     close_fd(&e->out[1]);
+    close_fd(&e->ctl_fd);
     close_stdin(e);
     if (WIFEXITED(e->status))
         code = WEXITSTATUS(e->status);
@@ -600,14 +750,15 @@ static void finish(struct exec *e)
     free(e);
 }
 
-/* An execution is done once its child is reaped and its pipes reached EOF,
- * or the drain grace period ran out (something escaped the process group
- * with setsid and holds the pipes open). */
+/* An execution is done once its child is reaped and its output and control
+ * pipes reached EOF, or the drain grace period ran out (something escaped
+ * the process group with setsid and holds the pipes open). */
 static void finish_completed(int64_t now)
 {
     for (struct exec **pp = &execs; *pp;) {
         struct exec *e = *pp;
-        if (e->exited && ((e->out[0] < 0 && e->out[1] < 0) || now >= e->end_us + DRAIN_US)) {
+        int drained = e->out[0] < 0 && e->out[1] < 0 && e->ctl_fd < 0;
+        if (e->exited && (drained || now >= e->end_us + DRAIN_US)) {
             *pp = e->next;
             finish(e);
         } else {
@@ -634,7 +785,36 @@ static int poll_timeout(int64_t now)
 
 /* ---- main loop ------------------------------------------------------- */
 
-struct slot { struct exec *e; int which; };   /* which: 0/1 output, 2 stdin */
+enum { W_STDOUT, W_STDERR, W_CONTROL, W_STDIN, W_COUNT };   /* poll slots per exec */
+struct slot { struct exec *e; int which; };
+
+/* Add e's open pipes to the poll set.  Stdin only asks for POLLOUT while
+ * bytes are queued (a session's idle stdin would otherwise spin the loop);
+ * POLLERR still reports a child that closed its end. */
+static size_t add_exec_fds(struct exec *e, struct pollfd *pfd, struct slot *slot, size_t n)
+{
+    int fds[W_COUNT] = { e->out[0], e->out[1], e->ctl_fd, e->in_fd };
+
+    for (int w = 0; w < W_COUNT; w++) {
+        if (fds[w] < 0)
+            continue;
+        short ev = w != W_STDIN ? POLLIN : e->in_off < e->in_len ? POLLOUT : 0;
+        slot[n] = (struct slot){ e, w };
+        pfd[n++] = (struct pollfd){ fds[w], ev, 0 };
+    }
+    return n;
+}
+
+/* One exec's pipe polled ready. */
+static void service(struct slot s, short revents)
+{
+    if (s.which == W_STDIN)
+        service_stdin(s.e, revents);
+    else if (s.which == W_CONTROL)
+        pump_control(s.e);
+    else
+        pump_output(s.e, s.which);
+}
 
 static void setup(void)
 {
@@ -666,7 +846,7 @@ int main(void)
     for (;;) {
         size_t n = 0, need = 2;
         for (struct exec *e = execs; e; e = e->next)
-            need += 3;
+            need += W_COUNT;
         if (need > cap) {
             pfd = realloc(pfd, need * sizeof *pfd);
             slot = realloc(slot, need * sizeof *slot);
@@ -676,15 +856,8 @@ int main(void)
         }
         pfd[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
         pfd[n++] = (struct pollfd){ sig_fd, POLLIN, 0 };
-        for (struct exec *e = execs; e; e = e->next) {
-            for (int w = 0; w < 3; w++) {
-                int fd = w < 2 ? e->out[w] : e->in_fd;
-                if (fd < 0)
-                    continue;
-                slot[n] = (struct slot){ e, w };
-                pfd[n++] = (struct pollfd){ fd, w < 2 ? POLLIN : POLLOUT, 0 };
-            }
-        }
+        for (struct exec *e = execs; e; e = e->next)
+            n = add_exec_fds(e, pfd, slot, n);
 
         if (poll(pfd, n, poll_timeout(now_us())) < 0) {
             if (errno == EINTR)
@@ -692,15 +865,12 @@ int main(void)
             die(1, "poll failed");
         }
         /* Child I/O first; nothing below removes executions until
-         * finish_completed, so the slots stay valid. */
-        for (size_t i = 2; i < n; i++) {
-            if (!pfd[i].revents)
-                continue;
-            if (slot[i].which < 2)
-                pump_output(slot[i].e, slot[i].which);
-            else if (slot[i].e->in_fd >= 0)
-                pump_stdin(slot[i].e);
-        }
+         * finish_completed, so the slots stay valid.  A pipe closed earlier
+         * in this pass (a control read drains the output pipes) is skipped
+         * by the handlers, which check for -1. */
+        for (size_t i = 2; i < n; i++)
+            if (pfd[i].revents)
+                service(slot[i], pfd[i].revents);
         if (pfd[1].revents)
             reap();
         if (pfd[0].revents)

@@ -290,7 +290,8 @@ asio::awaitable<void> Client::kill_container(std::string id, std::string signal)
 
 asio::awaitable<void> Client::remove_container(std::string id) {
     auto res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
-    if (res.status != 404) check(res, "removing the container failed");
+    // 404: already gone; 409: a removal is already under way.
+    if (res.status != 404 && res.status != 409) check(res, "removing the container failed");
 }
 
 asio::awaitable<std::string> Client::inspect_container(std::string id) {

@@ -14,12 +14,15 @@ enum class FrameType : std::uint8_t {
     run = 0x01,
     kill = 0x02,
     ping = 0x03,
+    stdin = 0x04,  // more input for an open process; empty closes its stdin
+    open = 0x05,   // like run, but stdin stays open and fd 3 is a control channel
     hello = 0x10,
     stdout_ = 0x11,
     stderr_ = 0x12,
     exit = 0x13,
     error = 0x14,
     pong = 0x15,
+    control = 0x16,  // bytes an open process wrote to fd 3
 };
 
 constexpr std::size_t header_size = 9;
@@ -42,7 +45,8 @@ struct RunRequest {
     std::uint64_t max_output_bytes = 0;  // per stream
 };
 
-std::string encode_run(std::uint32_t id, const RunRequest& request);
+// A run (or, with type open, a long-lived process) request.
+std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type = FrameType::run);
 
 struct ExitStatus {
     int exit_code = 0;  // -1 when killed by a signal

@@ -52,6 +52,102 @@ agent::RunRequest program_for(std::string_view language, std::string code) {
     return request;
 }
 
+namespace {
+
+// Runs cells in one namespace. User code gets /dev/null as stdin (the cell
+// stream stays private), a final bare expression is echoed like a REPL, and
+// tracebacks start at the user's code.
+constexpr std::string_view python_driver = R"PY(
+import ast, os, struct, sys, traceback
+def _cubicle():
+    cells = os.fdopen(os.dup(0), 'rb', buffering=0)
+    null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
+    sys.stdin = open(os.devnull)
+    control = os.fdopen(3, 'wb', buffering=0)
+    namespace = {'__name__': '__main__', '__builtins__': __builtins__}
+    def read(n):
+        data = b''
+        while len(data) < n:
+            chunk = cells.read(n - len(data))
+            if not chunk: return None
+            data += chunk
+        return data
+    while True:
+        header = read(4)
+        if header is None: return
+        code = read(struct.unpack('>I', header)[0]).decode('utf-8', 'replace')
+        status = 0
+        try:
+            tree = ast.parse(code, '<cell>', 'exec')
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, '<cell>', 'exec'), namespace)
+            if last is not None:
+                value = eval(compile(last, '<cell>', 'eval'), namespace)
+                if value is not None: print(repr(value))
+        except SystemExit as e:
+            if isinstance(e.code, int): status = e.code
+            elif e.code is not None: print(e.code, file=sys.stderr); status = 1
+        except BaseException as e:
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
+            status = 1
+        for stream in (sys.stdout, sys.stderr):
+            try: stream.flush()
+            except Exception: pass
+        control.write(b'%d\n' % status)
+_cubicle()
+)PY";
+
+constexpr std::string_view node_driver = R"JS(
+const vm = require('vm'), fs = require('fs'), util = require('util');
+globalThis.require = require;
+let pending = Buffer.alloc(0), queue = Promise.resolve();
+async function run(code) {
+  let status = 0;
+  try {
+    let value = vm.runInThisContext(code, { filename: '<cell>' });
+    if (value && typeof value.then === 'function') value = await value;
+    if (value !== undefined) console.log(util.inspect(value));
+  } catch (e) {
+    console.error(e && e.stack ? e.stack : String(e));
+    status = 1;
+  }
+  fs.writeSync(3, status + '\n');
+}
+process.stdin.on('data', (chunk) => {
+  pending = Buffer.concat([pending, chunk]);
+  while (pending.length >= 4 && pending.length >= 4 + pending.readUInt32BE(0)) {
+    const code = pending.subarray(4, 4 + pending.readUInt32BE(0)).toString('utf8');
+    pending = pending.subarray(4 + pending.readUInt32BE(0));
+    queue = queue.then(() => run(code));
+  }
+});
+process.stdin.on('end', () => queue.then(() => process.exit(0)));
+)JS";
+
+} // namespace
+
+bool has_interpreter(std::string_view language) { return language == "python" || language == "javascript"; }
+
+agent::RunRequest interpreter_for(std::string_view language) {
+    agent::RunRequest request;
+    request.cwd = workspace_dir;
+    if (language == "python") {
+        request.argv = {"python3", "-u", "-c", std::string(python_driver)};
+    } else {
+        request.argv = {"node", "-e", std::string(node_driver)};
+    }
+    return request;
+}
+
+std::string encode_cell(std::string_view code) {
+    auto n = static_cast<std::uint32_t>(code.size());
+    std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+    out += code;
+    return out;
+}
+
 agent::RunRequest shell_command(std::string command) {
     agent::RunRequest request;
     request.cwd = workspace_dir;

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <ctime>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
@@ -36,7 +38,12 @@ std::string workspace_archive() {
 } // namespace
 
 Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config)
-    : executor_(std::move(executor)), docker_(docker), config_(config), instance_(random_hex(8)) {}
+    : executor_(executor), docker_(docker), config_(config), instance_(random_hex(8)),
+      pool_(executor, resolve({}),
+            PoolSettings{static_cast<std::size_t>(config.pool_size), static_cast<std::size_t>(config.pool_refill),
+                         std::chrono::seconds(config.pool_idle_s)},
+            [this](SandboxSpec spec) { return launch(std::move(spec)); },
+            [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }) {}
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.image.empty()) spec.image = config_.default_image;
@@ -74,13 +81,26 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool
         std::size_t& n;
         ~Done() { --n; }
     } done{creating_};
+    if (auto sandbox = pool_.take(spec)) {
+        sandbox->set_throwaway(throwaway);
+        sandbox->set_env(std::move(spec.env));
+        sandboxes_[sandbox->id()] = sandbox;
+        co_return sandbox;
+    }
     co_await ensure_image(spec.image, status);
+    auto sandbox = co_await launch(std::move(spec));
+    sandbox->set_throwaway(throwaway);
+    sandboxes_[sandbox->id()] = sandbox;
+    co_return sandbox;
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
     std::string sandbox_id = "sb-" + random_hex(6);
     std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id),
                                                                  "cubicle-" + sandbox_id);
     std::exception_ptr failure;
     try {
-        co_return co_await start(sandbox_id, container_id, spec, throwaway);
+        co_return co_await start(sandbox_id, container_id, spec);
     } catch (...) {
         failure = std::current_exception();
     }
@@ -92,16 +112,24 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool
     std::rethrow_exception(failure);
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool throwaway) {
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec) {
     co_await docker_.put_archive(container_id, agent_dir, agent_archive());
     co_await docker_.put_archive(container_id, workspace_dir, workspace_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
-    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec), throwaway);
+    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec), false);
     co_await sandbox->connect(std::move(stream), agent_start_timeout);
-    sandboxes_[sandbox_id] = sandbox;
     log::debug("sandbox {} ready (container {})", sandbox_id, container_id.substr(0, 12));
     co_return sandbox;
+}
+
+asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
+    sandbox->shutdown("it was stopped");
+    try {
+        co_await docker_.remove_container(sandbox->container_id());
+    } catch (const std::exception& e) {
+        log::warning("removing sandbox {}: {}", sandbox->id(), e.what());
+    }
 }
 
 std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
@@ -136,7 +164,16 @@ asio::awaitable<void> Manager::destroy(std::string id) {
     co_await docker_.remove_container(sandbox->container_id());
 }
 
+void Manager::release(std::string id) {
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return;
+    auto sandbox = it->second;
+    sandboxes_.erase(it);
+    asio::co_spawn(executor_, discard(std::move(sandbox)), asio::detached);
+}
+
 asio::awaitable<void> Manager::destroy_all() {
+    co_await pool_.drain();
     std::vector<std::string> ids;
     for (const auto& [id, sandbox] : sandboxes_) ids.push_back(id);
     for (const auto& id : ids) {

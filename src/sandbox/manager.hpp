@@ -12,6 +12,7 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "sandbox/pool.hpp"
 #include "sandbox/sandbox.hpp"
 
 namespace cubicle::sandbox {
@@ -35,15 +36,24 @@ public:
     std::shared_ptr<Sandbox> get(const std::string& id) const;
     std::vector<std::shared_ptr<Sandbox>> list() const;
     asio::awaitable<void> destroy(std::string id);
+    // Like destroy, but the container is removed in the background: the
+    // sandbox is unusable at once, the caller does not wait for Docker.
+    void release(std::string id);
     asio::awaitable<void> destroy_all();
 
     // Removes the containers of cubicle instances that are gone: their agents
     // exit when the owning server's connection drops, so they are not running.
     asio::awaitable<void> remove_orphans();
+    // Starts keeping warm sandboxes of the default profile.
+    void start_pool() { pool_.start(); }
+    std::size_t pool_ready() const { return pool_.ready(); }
 
 private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
-    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool throwaway);
+    // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
+    asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
+    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec);
+    asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
 
     asio::any_io_executor executor_;
     docker::Client& docker_;
@@ -51,6 +61,7 @@ private:
     std::string instance_;
     std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
     std::size_t creating_ = 0;
+    Pool pool_;
 };
 
 } // namespace cubicle::sandbox

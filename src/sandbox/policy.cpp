@@ -34,10 +34,10 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
     w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
     // Only what is set here reaches the sandbox: the server's own environment never does.
+    // A client's `env` travels with each execution instead, so pooled containers serve any client.
     w.key("Env").begin_array();
     w.value("HOME=/workspace").value("LANG=C.UTF-8").value("PYTHONUNBUFFERED=1").value("PYTHONDONTWRITEBYTECODE=1");
     w.value("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    for (const auto& [key, value] : spec.env) w.value(key + "=" + value);
     w.end_array();
     w.key("Labels").begin_object();
     w.field(label_managed, "true").field(label_instance, instance).field(label_sandbox, sandbox_id);

@@ -1,5 +1,8 @@
 #include "sandbox/sandbox.hpp"
 
+#include <cstdlib>
+#include <deque>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -9,6 +12,7 @@
 
 #include "common/errors.hpp"
 #include "common/log.hpp"
+#include "sandbox/languages.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -38,10 +42,27 @@ struct Sandbox::Pending {
     std::uint64_t max_output = 0;
     ExecResult result;
     std::string error;
+    std::string interpreter;  // language, when this is a persistent interpreter process
 
     void finish() {
         finished = true;
         done.cancel();
+    }
+};
+
+// A persistent interpreter process and the cell it is running.
+struct Sandbox::Interpreter {
+    std::uint32_t exec_id = 0;  // 0: not running
+    std::shared_ptr<Pending> cell;
+    bool busy = false;
+    std::deque<std::shared_ptr<asio::steady_timer>> waiting;  // cells queued behind the running one
+
+    void release() {
+        busy = false;
+        if (!waiting.empty()) {
+            waiting.front()->cancel();
+            waiting.pop_front();
+        }
     }
 };
 
@@ -74,6 +95,10 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
 asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
     std::uint32_t exec_id = next_exec_id_++;
+    std::vector<std::string> env;
+    for (const auto& [key, value] : spec_.env) env.push_back(key + "=" + value);
+    env.insert(env.end(), std::make_move_iterator(request.env.begin()), std::make_move_iterator(request.env.end()));
+    request.env = std::move(env);
     auto pending = std::make_shared<Pending>(executor_);
     pending->sink = std::move(sink);
     pending->max_output = request.max_output_bytes;
@@ -111,6 +136,15 @@ void Sandbox::shutdown(std::string reason) {
     for (auto& [id, entry] : pending) {
         entry->error = fmt::format("sandbox {} stopped: {}", id_, death_reason_);
         entry->finish();
+    }
+    for (auto& [language, interpreter] : interpreters_) {
+        if (auto cell = std::move(interpreter->cell)) {
+            cell->error = fmt::format("sandbox {} stopped: {}", id_, death_reason_);
+            cell->finish();
+        }
+        for (auto& turn : interpreter->waiting) turn->cancel();
+        interpreter->waiting.clear();
+        interpreter->exec_id = 0;
     }
     if (hello_ && !hello_->finished) {
         hello_->error = fmt::format("the sandbox agent exited before it was ready{}",
@@ -150,6 +184,32 @@ asio::awaitable<void> Sandbox::read_loop() {
     if (alive_) shutdown(agent_log_.empty() ? "its agent exited" : "its agent exited: " + agent_log_);
 }
 
+void Sandbox::deliver_output(Pending& target, bool is_stdout, std::string_view data) {
+    auto& out = is_stdout ? target.result.stdout_text : target.result.stderr_text;
+    std::size_t before = out.size();
+    append_capped(out, data, target.max_output, target.result.status.truncated);
+    // Past the cap nothing more is streamed either.
+    if (target.sink && out.size() > before) {
+        target.sink(is_stdout ? docker::StreamKind::stdout_ : docker::StreamKind::stderr_, data.substr(0, out.size() - before));
+    }
+}
+
+void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error) {
+    auto it = interpreters_.find(language);
+    if (it == interpreters_.end() || it->second->exec_id != exec_id) return;
+    auto& interpreter = *it->second;
+    interpreter.exec_id = 0;
+    auto cell = std::move(interpreter.cell);
+    if (!cell) return;
+    if (status) {
+        cell->result.status.exit_code = status->exit_code;
+        cell->result.status.signal = status->signal;
+    }
+    cell->error = std::move(error);
+    cell->result.state_lost = true;
+    cell->finish();
+}
+
 void Sandbox::dispatch(agent::Frame frame) {
     using agent::FrameType;
     if (frame.type == FrameType::hello) {
@@ -158,40 +218,114 @@ void Sandbox::dispatch(agent::Frame frame) {
     }
     auto it = pending_.find(frame.id);
     if (it == pending_.end()) return;
-    auto& pending = *it->second;
+    auto entry = it->second;
+    auto& pending = *entry;
+    // Output of an interpreter belongs to the cell it is running.
+    Pending* target = &pending;
+    if (!pending.interpreter.empty()) {
+        auto interpreter = interpreters_.find(pending.interpreter);
+        bool current = interpreter != interpreters_.end() && interpreter->second->exec_id == frame.id;
+        target = current ? interpreter->second->cell.get() : nullptr;
+    }
     switch (frame.type) {
     case FrameType::stdout_:
-    case FrameType::stderr_: {
-        bool is_stdout = frame.type == FrameType::stdout_;
-        auto& out = is_stdout ? pending.result.stdout_text : pending.result.stderr_text;
-        append_capped(out, frame.payload, pending.max_output, pending.result.status.truncated);
-        if (pending.sink) pending.sink(is_stdout ? docker::StreamKind::stdout_ : docker::StreamKind::stderr_, frame.payload);
+    case FrameType::stderr_:
+        if (target) deliver_output(*target, frame.type == FrameType::stdout_, frame.payload);
         break;
-    }
-    case FrameType::exit: {
-        auto status = agent::parse_exit(frame.payload);
-        if (!status) {
-            pending.error = "the sandbox agent sent an unreadable exit status";
-        } else {
+    case FrameType::control:
+        if (target && target != &pending) {
+            auto& interpreter = *interpreters_[pending.interpreter];
+            auto cell = std::move(interpreter.cell);
+            cell->result.status.exit_code = std::atoi(frame.payload.c_str());
+            cell->finish();
+        }
+        break;
+    case FrameType::exit:
+    case FrameType::error: {
+        pending_.erase(it);
+        auto status = frame.type == FrameType::exit ? agent::parse_exit(frame.payload) : std::nullopt;
+        std::string error = frame.type == FrameType::error ? frame.payload
+                            : status                       ? std::string()
+                                                           : "the sandbox agent sent an unreadable exit status";
+        if (!pending.interpreter.empty()) {
+            interpreter_ended(pending.interpreter, frame.id, status ? &*status : nullptr, std::move(error));
+            break;
+        }
+        if (status) {
             bool truncated = pending.result.status.truncated || status->truncated;
             pending.result.status = *status;
             pending.result.status.truncated = truncated;
         }
-        auto keep = it->second;
-        pending_.erase(it);
-        keep->finish();
-        break;
-    }
-    case FrameType::error: {
-        pending.error = frame.payload;
-        auto keep = it->second;
-        pending_.erase(it);
-        keep->finish();
+        pending.error = std::move(error);
+        pending.finish();
         break;
     }
     default:
         break;
     }
+}
+
+asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
+                                              std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
+    if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
+    auto self = shared_from_this();
+    auto& slot = interpreters_[language];
+    if (!slot) slot = std::make_shared<Interpreter>();
+    auto interpreter = slot;
+    while (interpreter->busy) {
+        auto turn = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+        interpreter->waiting.push_back(turn);
+        co_await turn->async_wait(use_tuple);
+        if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
+    }
+    interpreter->busy = true;
+    struct Turn {
+        Interpreter& interpreter;
+        ~Turn() { interpreter.release(); }
+    } turn{*interpreter};
+
+    if (!interpreter->exec_id) {
+        auto request = interpreter_for(language);
+        for (const auto& [key, value] : spec_.env) request.env.push_back(key + "=" + value);
+        auto process = std::make_shared<Pending>(executor_);
+        process->interpreter = language;
+        interpreter->exec_id = next_exec_id_++;
+        pending_[interpreter->exec_id] = process;
+        stream_->send(agent::encode_run(interpreter->exec_id, request, agent::FrameType::open));
+    }
+    std::uint32_t exec_id = interpreter->exec_id;
+    auto cell = std::make_shared<Pending>(executor_);
+    cell->sink = std::move(sink);
+    cell->max_output = max_output;
+    cell->done.expires_after(timeout_ms ? std::chrono::milliseconds(timeout_ms) : std::chrono::hours(24 * 365));
+    interpreter->cell = cell;
+    auto started = std::chrono::steady_clock::now();
+    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code)));
+    std::weak_ptr<Sandbox> weak = weak_from_this();
+    if (cancel) {
+        cancel->on_cancel([weak, cell] {
+            if (cell->finished) return;
+            cell->result.cancelled = true;
+            cell->done.cancel();
+        });
+    }
+    co_await cell->done.async_wait(use_tuple);
+    if (!cell->finished) {
+        // Timed out or cancelled: the interpreter dies with whatever it was doing.
+        cell->result.status.timed_out = !cell->result.cancelled;
+        cell->result.status.signal = 9;
+        cell->result.status.exit_code = -1;
+        cell->result.state_lost = true;
+        if (interpreter->exec_id == exec_id) {
+            interpreter->exec_id = 0;
+            interpreter->cell.reset();
+            if (stream_) stream_->send(agent::encode(agent::FrameType::kill, exec_id));
+        }
+    }
+    if (!cell->error.empty()) throw ToolError(cell->error);
+    cell->result.status.duration_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+    co_return std::move(cell->result);
 }
 
 } // namespace cubicle::sandbox

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -30,6 +32,7 @@ struct ExecResult {
     std::string stdout_text;
     std::string stderr_text;
     bool cancelled = false;
+    bool state_lost = false;  // a persistent interpreter died or was killed during the run
 };
 
 class Sandbox : public std::enable_shared_from_this<Sandbox> {
@@ -41,6 +44,9 @@ public:
     const std::string& container_id() const { return container_id_; }
     const SandboxSpec& spec() const { return spec_; }
     bool throwaway() const { return throwaway_; }
+    void set_throwaway(bool throwaway) { throwaway_ = throwaway; }
+    // Variables added to every execution (initialize_sandbox's env).
+    void set_env(std::vector<std::pair<std::string, std::string>> env) { spec_.env = std::move(env); }
     bool alive() const { return alive_; }
     std::chrono::steady_clock::time_point created() const { return created_; }
     std::size_t running() const;
@@ -53,13 +59,26 @@ public:
     // Throws ToolError when the program cannot start or the sandbox is gone.
     asio::awaitable<ExecResult> run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
 
+    // Runs a cell of `language` in the sandbox's persistent interpreter for it
+    // (started on first use): variables survive between cells. Cells run one
+    // at a time. A timeout or cancellation kills the interpreter (state lost;
+    // the next cell starts a fresh one).
+    asio::awaitable<ExecResult> run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
+                                         std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel);
+
+    bool stateful() const { return stateful_; }
+    void set_stateful(bool stateful) { stateful_ = stateful; }
+
     // Marks the sandbox dead and closes the agent connection; pending runs fail.
     void shutdown(std::string reason);
 
 private:
     struct Pending;
+    struct Interpreter;
     asio::awaitable<void> read_loop();
     void dispatch(agent::Frame frame);
+    void deliver_output(Pending& target, bool is_stdout, std::string_view data);
+    void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;
     std::string id_;
@@ -75,6 +94,8 @@ private:
     bool alive_ = false;
     std::string death_reason_;
     std::shared_ptr<Pending> hello_;
+    std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
+    bool stateful_ = true;
     std::string agent_log_;
 };
 

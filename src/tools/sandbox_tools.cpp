@@ -86,7 +86,8 @@ void write_exec_fields(json::Writer& w, const sandbox::ExecResult& result) {
 // ---- initialize_sandbox ----------------------------------------------------
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful"});
+    bool stateful = args.boolean("stateful").value_or(true);
     sandbox::SandboxSpec spec;
     spec.image = args.string("image").value_or("");
     spec.network = args.boolean("network").value_or(false);
@@ -104,10 +105,12 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
         co_await env.manager.destroy(box->id());
         co_return ToolResult{};
     }
+    box->set_stateful(stateful);
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
+    w.field("stateful", stateful);
     w.end_object();
     co_return structured(w.take());
 }
@@ -115,16 +118,15 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
 // ---- execute_code -------------------------------------------------------------
 
 asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s"});
+    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s", "fresh"});
     std::string code = args.required_string("code");
     auto language_name = args.string("language").value_or("python");
     auto language = sandbox::canonical_language(language_name);
     if (!language) {
         throw ToolError(fmt::format("unknown language '{}'; use one of: {}", language_name, sandbox::language_list()));
     }
-    auto request = sandbox::program_for(*language, std::move(code));
-    request.timeout_ms = timeout_ms(args, env.config);
-    request.max_output_bytes = env.config.max_output_bytes;
+    bool fresh = args.boolean("fresh").value_or(false);
+    auto timeout = timeout_ms(args, env.config);
 
     std::shared_ptr<Sandbox> box;
     bool throwaway = false;
@@ -139,18 +141,36 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     sandbox::ExecResult result;
     std::exception_ptr failure;
     try {
-        if (!context->cancelled()) result = co_await run_streaming(box, std::move(request), context);
+        if (!context->cancelled()) {
+            auto progress = std::make_shared<ProgressStream>(context);
+            if (!throwaway && !fresh && box->stateful() && sandbox::has_interpreter(*language)) {
+                result = co_await box->run_cell(std::string(*language), std::move(code), timeout, env.config.max_output_bytes,
+                                                progress->sink(progress), context->cancellation());
+            } else {
+                auto request = sandbox::program_for(*language, std::move(code));
+                request.timeout_ms = timeout;
+                request.max_output_bytes = env.config.max_output_bytes;
+                result = co_await box->run(std::move(request), progress->sink(progress), context->cancellation());
+            }
+        }
     } catch (...) {
         failure = std::current_exception();
     }
-    if (throwaway) co_await env.manager.destroy(box->id());
+    // Stopped now, removed by Docker in the background: the caller need not wait for it.
+    if (throwaway) env.manager.release(box->id());
     if (failure) std::rethrow_exception(failure);
 
+    if (result.state_lost) {
+        result.stderr_text += result.status.timed_out ? "\n[cubicle] the interpreter was stopped at the timeout; its state (variables, imports) is lost and the next call starts fresh\n"
+                              : result.cancelled ? "\n[cubicle] the interpreter was stopped by cancellation; its state is lost and the next call starts fresh\n"
+                                                 : "\n[cubicle] the interpreter exited; its state is lost and the next call starts fresh\n";
+    }
     json::Writer w;
     w.begin_object();
     write_exec_fields(w, result);
     w.field("truncated", result.status.truncated);
     w.field("duration_ms", static_cast<double>(result.status.duration_us / 100) / 10.0);
+    w.field("state_lost", result.state_lost);
     w.end_object();
     co_return structured(w.take());
 }
@@ -191,7 +211,7 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
-    w.field("executor", "agent");
+    w.field("executor", "agent").field("stateful", box.stateful());
     w.end_object();
 }
 
@@ -246,7 +266,8 @@ constexpr std::string_view sandbox_status_properties = R"(
         "image": {"type": "string"}, "age_s": {"type": "number"}, "network": {"type": "boolean"},
         "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
-        "executor": {"type": "string", "description": "How programs run: agent, the in-sandbox agent"})";
+        "executor": {"type": "string", "description": "How programs run: agent, the in-sandbox agent"},
+        "stateful": {"type": "boolean"})";
 
 // Docker failures (daemon down, image refused) are results the model can act on.
 template <auto Handler>
@@ -283,12 +304,14 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& co
             "network": {{"type": "boolean", "default": false, "description": "Give the sandbox network access, if the server allows it"}},
             "memory_mb": {{"type": "integer", "minimum": 16, "description": "Memory limit in MiB; default {}"}},
             "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}"}},
-            "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}})",
+            "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
+            "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}})",
                                                   config.default_image, config.memory_mb, config.cpus),
                                       ""),
         .output_schema = object_schema(R"(
             "sandbox_id": {"type": "string"}, "container_id": {"type": "string"}, "image": {"type": "string"},
-            "network": {"type": "boolean"}, "memory_mb": {"type": "integer"}, "cpus": {"type": "number"})",
+            "network": {"type": "boolean"}, "memory_mb": {"type": "integer"}, "cpus": {"type": "number"},
+            "stateful": {"type": "boolean"})",
                                        R"("sandbox_id", "image", "network", "memory_mb", "cpus")"),
         .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
         .handler = bind<initialize_sandbox>(env),
@@ -306,11 +329,13 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& co
             "code": {{"type": "string", "description": "The program's source code"}},
             "language": {{"type": "string", "enum": ["python", "python3", "py", "javascript", "node", "js", "bash", "sh", "shell"], "default": "python"}},
             {},
-            {})",
+            {},
+            "fresh": {{"type": "boolean", "default": false, "description": "In a stateful sandbox, run in a fresh process instead of the persistent interpreter"}})",
                                                   sandbox_id_property, timeout_property),
                                       R"("code")"),
         .output_schema = object_schema(fmt::format(R"({},
-            "duration_ms": {{"type": "number", "description": "Wall time of the program"}})",
+            "duration_ms": {{"type": "number", "description": "Wall time of the program"}},
+            "state_lost": {{"type": "boolean", "description": "The persistent interpreter was stopped; earlier variables are gone"}})",
                                                    exec_result_properties),
                                        R"("stdout", "stderr", "exit_code", "timed_out", "truncated", "duration_ms")"),
         .read_only = false, .destructive = false, .idempotent = false, .open_world = false,

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(
     reason=f"agent binary not found at {AGENT} (build it or set CUBICLE_AGENT)",
 )
 
-RUN, KILL, PING = 0x01, 0x02, 0x03
-HELLO, STDOUT, STDERR, EXIT, ERROR, PONG = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
+RUN, KILL, PING, STDIN, OPEN = 0x01, 0x02, 0x03, 0x04, 0x05
+HELLO, STDOUT, STDERR, EXIT, ERROR, PONG, CONTROL = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 HDR = struct.Struct(">IBI")
 
 
@@ -51,6 +51,7 @@ class Result:
     def __init__(self):
         self.stdout = bytearray()
         self.stderr = bytearray()
+        self.control = bytearray()
         self.exit = None
         self.error = None
         self.frames = []   # (type, payload) in arrival order, for this id
@@ -76,6 +77,13 @@ class Agent:
 
     def run(self, fid, argv, **kw):
         self.send(RUN, fid, encode_run(argv, **kw))
+
+    def open(self, fid, argv, **kw):
+        """Start a session: same payload as RUN, stdin stays open."""
+        self.send(OPEN, fid, encode_run(argv, **kw))
+
+    def stdin(self, fid, data):
+        self.send(STDIN, fid, data)
 
     def _fill(self, deadline):
         fd = self.proc.stdout.fileno()
@@ -118,12 +126,13 @@ class Agent:
         finally:
             self.pending = skipped + self.pending
 
-    def collect(self, fid, timeout=10.0):
-        """Gather output of one exec until its EXIT or ERROR frame."""
+    def collect(self, fid, timeout=10.0, until=(EXIT, ERROR)):
+        """Gather output of one exec until a frame of a type in until
+        (by default its EXIT or ERROR frame)."""
         res = Result()
         deadline = time.monotonic() + timeout
         skipped = []
-        while res.exit is None and res.error is None:
+        while not (res.frames and res.frames[-1][0] in until):
             ftype, got, payload = self.read_frame(max(deadline - time.monotonic(), 0.001))
             if got != fid:
                 skipped.append((ftype, got, payload))
@@ -133,6 +142,8 @@ class Agent:
                 res.stdout += payload
             elif ftype == STDERR:
                 res.stderr += payload
+            elif ftype == CONTROL:
+                res.control += payload
             elif ftype == EXIT:
                 res.exit = Exit(payload)
             elif ftype == ERROR:
@@ -597,3 +608,195 @@ def test_fork_failure_and_fork_bomb():
         assert r.stdout == b"ok\n", r.error
     finally:
         a.close()
+
+
+# --- sessions: OPEN, STDIN, CONTROL -----------------------------------------
+
+# A minimal "interpreter": one command per stdin line, then b"done\n" on the
+# control channel (fd 3) once the command's output is written.  Its stdout
+# pipe is enlarged so a big output sits in the pipe all at once when the
+# control write happens -- the case where the agent's ordering matters.
+SESSION_SCRIPT = r"""
+import fcntl, os, sys
+fcntl.fcntl(1, 1031, 1 << 20)  # F_SETPIPE_SZ
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    cmd = line.strip()
+    if cmd.startswith("big "):
+        os.write(1, b"x" * int(cmd[4:]))
+        os.write(2, b"tail\n")
+    else:
+        sys.stdout.write(cmd.upper() + "\n")
+        sys.stdout.flush()
+    os.write(3, b"done\n")
+"""
+
+
+def open_session(agent, fid, **kw):
+    agent.open(fid, [sys.executable, "-u", "-c", SESSION_SCRIPT], **kw)
+
+
+def cell(agent, fid, line, timeout=10.0):
+    """Send one command; gather its frames up to and including CONTROL."""
+    agent.stdin(fid, line)
+    r = agent.collect(fid, timeout=timeout, until=(CONTROL, EXIT, ERROR))
+    assert r.frames[-1] == (CONTROL, b"done\n"), r.frames[-3:]
+    return r
+
+
+def test_open_session_runs_many_cells(agent):
+    open_session(agent, 1)
+    r = cell(agent, 1, b"hello\n")
+    assert r.stdout == b"HELLO\n"
+    # still running between cells: no EXIT, and it answers the next one
+    time.sleep(0.2)
+    agent.ping()
+    assert not [f for f in agent.log if f[1] == 1 and f[0] in (EXIT, ERROR)]
+    assert agent.pending == []
+    r = cell(agent, 1, b"world\n")
+    assert r.stdout == b"WORLD\n"
+    # an empty STDIN closes stdin: the script sees EOF and exits
+    agent.stdin(1, b"")
+    r = agent.collect(1)
+    assert r.frames == [(EXIT, r.frames[0][1])]
+    assert (r.exit.code, r.exit.signal, r.exit.timed_out) == (0, 0, 0)
+
+
+def test_open_initial_stdin_and_split_lines(agent):
+    # The OPEN payload's stdin bytes come first; a line split over several
+    # STDIN frames arrives intact and in order.
+    open_session(agent, 2, stdin=b"first\nsec")
+    r = agent.collect(2, until=(CONTROL, EXIT, ERROR))
+    assert (r.stdout, r.frames[-1]) == (b"FIRST\n", (CONTROL, b"done\n"))
+    for part in (b"o", b"n", b"d\n"):
+        agent.stdin(2, part)
+    r = agent.collect(2, until=(CONTROL, EXIT, ERROR))
+    assert (r.stdout, r.frames[-1]) == (b"SECOND\n", (CONTROL, b"done\n"))
+    agent.send(KILL, 2)
+    assert agent.collect(2).exit.signal == 9
+
+
+def test_control_comes_after_large_output(agent):
+    open_session(agent, 3)
+    for _ in range(5):
+        r = cell(agent, 3, b"big 900000\n", timeout=30)
+        assert r.stdout == b"x" * 900_000
+        assert r.stderr == b"tail\n"
+        assert r.control == b"done\n"
+        # output caps do not apply to sessions, and chunks stay <= 64 KiB
+        assert max(len(p) for t, p in r.frames if t in (STDOUT, STDERR)) <= 65536
+    agent.stdin(3, b"")
+    assert agent.collect(3).exit.code == 0
+
+
+def test_open_ignores_output_cap(agent):
+    agent.open(4, ["sh", "-c", "head -c 100000 /dev/zero"], max_output=10)
+    agent.stdin(4, b"")
+    r = agent.collect(4)
+    assert r.stdout == b"\0" * 100_000
+    assert (r.exit.code, r.exit.truncated) == (0, 0)
+
+
+def test_open_exit_after_output_and_control(agent):
+    agent.open(5, ["sh", "-c", "echo out; echo err >&2; printf ctl >&3; echo more"])
+    r = agent.collect(5)
+    types = [t for t, _ in r.frames]
+    assert types[-1] == EXIT and types.count(EXIT) == 1
+    assert types.index(CONTROL) > types.index(STDERR)
+    assert [p for t, p in r.frames if t == STDOUT][0].startswith(b"out\n")
+    assert (r.stdout, r.stderr, r.control) == (b"out\nmore\n", b"err\n", b"ctl")
+    assert r.exit.code == 0
+
+
+def test_kill_open_session(agent):
+    open_session(agent, 6)
+    assert cell(agent, 6, b"x\n").stdout == b"X\n"
+    agent.send(KILL, 6)
+    r = agent.collect(6, timeout=3)
+    assert (r.exit.code, r.exit.signal, r.exit.timed_out) == (-1, 9, 0)
+    # stdin of an ended session is gone: a late STDIN frame is ignored
+    agent.stdin(6, b"late\n")
+    agent.ping()
+    assert not [f for f in agent.pending if f[1] == 6]
+
+
+def test_open_timeout(agent):
+    agent.open(7, ["sleep", "100"], timeout_ms=300)
+    r = agent.collect(7, timeout=3)
+    assert (r.exit.timed_out, r.exit.signal) == (1, 9)
+
+
+def test_session_stdin_streams_in_order_without_blocking(agent):
+    # 4 MiB in 64 frames to a child that starts reading only after a second:
+    # the agent queues it all, stays responsive, and keeps the order.
+    chunks = [os.urandom(64 << 10) for _ in range(64)]
+    agent.open(8, ["sh", "-c", "sleep 1; exec sha256sum"])
+    for c in chunks:
+        agent.stdin(8, c)
+    agent.stdin(8, b"")
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    agent.ping(b"alive")
+    assert time.monotonic() - t0 < 0.4
+    r = agent.collect(8)
+    import hashlib
+    assert r.stdout.split()[0].decode() == hashlib.sha256(b"".join(chunks)).hexdigest()
+    assert r.exit.code == 0
+
+
+def test_fd3_only_for_sessions(agent):
+    agent.run(1, ["sh", "-c", "ls /proc/$$/fd"])
+    assert sorted(agent.collect(1).stdout.split()) == [b"0", b"1", b"2"]
+    agent.open(2, ["sh", "-c", "ls /proc/$$/fd"])
+    agent.stdin(2, b"")
+    assert sorted(agent.collect(2).stdout.split()) == [b"0", b"1", b"2", b"3"]
+
+
+def test_stdin_frames_ignored_where_they_do_not_apply(agent):
+    # unknown id
+    agent.stdin(4242, b"data")
+    agent.stdin(4243, b"")
+    assert agent.ping(b"still here")[2] == b"still here"
+    assert not [f for f in agent.log if f[1] in (4242, 4243)]
+    # a RUN's stdin is all in its payload: later STDIN frames are dropped,
+    # even while the child has not read the initial bytes yet
+    agent.run(1, ["sh", "-c", "sleep 0.3; cat"], stdin=b"a\n")
+    agent.stdin(1, b"b\n")
+    r = agent.collect(1)
+    assert (r.stdout, r.exit.code) == (b"a\n", 0)
+    # a session whose stdin was closed ignores further STDIN
+    agent.open(2, ["sh", "-c", "sleep 0.3; cat"])
+    agent.stdin(2, b"x\n")
+    agent.stdin(2, b"")
+    agent.stdin(2, b"y\n")
+    r = agent.collect(2)
+    assert (r.stdout, r.exit.code) == (b"x\n", 0)
+
+
+def test_child_closing_session_stdin(agent):
+    # The child closes its stdin while the agent holds queued bytes for it;
+    # the agent must drop them (EPIPE) rather than stall or die.
+    agent.open(3, ["sh", "-c", "exec 0<&-; sleep 0.3; echo ok"])
+    time.sleep(0.1)
+    agent.stdin(3, os.urandom(1 << 20))
+    r = agent.collect(3)
+    assert (r.stdout, r.exit.code) == (b"ok\n", 0)
+    assert agent.ping()[2] == b"p"
+
+
+def test_open_errors(agent):
+    agent.open(9, ["definitely-not-a-program-xyz"])
+    r = agent.collect(9)
+    assert r.exit is None and "cannot run" in r.error
+    agent.send(OPEN, 9, b"100\0")
+    assert agent.collect(9).error.startswith("malformed OPEN")
+    agent.open(0, ["true"])
+    assert agent.collect(0).error.startswith("malformed OPEN")
+    agent.run(10, ["sleep", "100"])
+    agent.open(10, ["true"])
+    _, _, msg = agent.wait_for(lambda f: f[:2] == (ERROR, 10))
+    assert b"already in use" in msg
+    agent.send(KILL, 10)
+    assert agent.collect(10).exit.signal == 9

@@ -1,1 +1,351 @@
+// Tool argument validation (Args) and server configuration (parse_args, usage).
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "common/errors.hpp"
+#include "common/json.hpp"
+#include "config.hpp"
+#include "tools/args.hpp"
+
+namespace cubicle {
+namespace {
+
+using tools::Args;
+
+// Expects `statement` to throw ToolError whose message contains every `parts`.
+#define EXPECT_TOOL_ERROR(statement, ...)                                                      \
+    do {                                                                                       \
+        try {                                                                                  \
+            statement;                                                                         \
+            ADD_FAILURE() << "no ToolError from " #statement;                                  \
+        } catch (const ToolError& e) {                                                         \
+            for (std::string part : std::vector<std::string>{__VA_ARGS__}) {                   \
+                EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                 \
+                    << "message '" << e.what() << "' lacks '" << part << "'";                  \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+class ArgsTest : public ::testing::Test {
+protected:
+    simdjson::dom::element parse(const std::string& text) {
+        auto& doc = documents_.emplace_back(std::make_unique<json::Document>());
+        auto error = doc->parse(text);
+        EXPECT_FALSE(error) << text;
+        return doc->root();
+    }
+    std::vector<std::unique_ptr<json::Document>> documents_;
+};
+
+TEST_F(ArgsTest, NonObjectRefused) {
+    for (std::string text : {"[]", "null", "\"s\"", "1"}) {
+        auto root = parse(text);
+        EXPECT_TOOL_ERROR(Args(root, {"a"}), "object");
+    }
+}
+
+TEST_F(ArgsTest, UnknownArgumentNamesTheAllowedOnes) {
+    auto root = parse(R"({"code":"x","lnaguage":"py"})");
+    EXPECT_TOOL_ERROR(Args(root, {"code", "language", "sandbox_id"}), "'lnaguage'", "code, language, sandbox_id");
+}
+
+TEST_F(ArgsTest, KnownArgumentsAccepted) {
+    auto root = parse(R"({"code":"x","language":"py"})");
+    EXPECT_NO_THROW(Args(root, {"code", "language", "sandbox_id"}));
+    auto empty = parse("{}");
+    EXPECT_NO_THROW(Args(empty, {}));
+}
+
+TEST_F(ArgsTest, Strings) {
+    Args args(parse(R"({"s":"text","n":1,"z":null,"e":""})"), {"s", "n", "z", "e", "absent"});
+    EXPECT_EQ(args.string("s"), "text");
+    EXPECT_EQ(args.string("e"), "");
+    EXPECT_EQ(args.string("absent"), std::nullopt);
+    EXPECT_EQ(args.string("z"), std::nullopt);  // null is "not given"
+    EXPECT_TOOL_ERROR(args.string("n"), "'n'", "string");
+    EXPECT_EQ(args.required_string("s"), "text");
+    EXPECT_TOOL_ERROR(args.required_string("absent"), "'absent'", "required");
+    EXPECT_TOOL_ERROR(args.required_string("z"), "'z'", "required");
+    EXPECT_TOOL_ERROR(args.required_string("n"), "'n'", "string");
+}
+
+TEST_F(ArgsTest, Booleans) {
+    Args args(parse(R"({"t":true,"f":false,"s":"true","n":1})"), {"t", "f", "s", "n", "absent"});
+    EXPECT_EQ(args.boolean("t"), true);
+    EXPECT_EQ(args.boolean("f"), false);
+    EXPECT_EQ(args.boolean("absent"), std::nullopt);
+    EXPECT_TOOL_ERROR(args.boolean("s"), "'s'", "true or false");
+    EXPECT_TOOL_ERROR(args.boolean("n"), "'n'", "true or false");
+}
+
+TEST_F(ArgsTest, NumberBounds) {
+    Args args(parse(R"({"lo":0.5,"min":1,"mid":2.5,"max":10,"hi":10.001,"neg":-3,"s":"5"})"),
+              {"lo", "min", "mid", "max", "hi", "neg", "s", "absent"});
+    EXPECT_EQ(args.number("min", 1, 10), 1.0);
+    EXPECT_EQ(args.number("mid", 1, 10), 2.5);
+    EXPECT_EQ(args.number("max", 1, 10), 10.0);
+    EXPECT_EQ(args.number("absent", 1, 10), std::nullopt);
+    EXPECT_TOOL_ERROR(args.number("lo", 1, 10), "'lo'", "from 1 to 10");
+    EXPECT_TOOL_ERROR(args.number("hi", 1, 10), "'hi'", "from 1 to 10");
+    EXPECT_TOOL_ERROR(args.number("neg", 0, 10), "'neg'");
+    EXPECT_TOOL_ERROR(args.number("s", 0, 10), "'s'", "number");
+    EXPECT_EQ(args.number("neg", -5, 0), -3.0);
+}
+
+TEST_F(ArgsTest, IntegerVersusFraction) {
+    Args args(parse(R"({"i":3,"f":2.5,"whole_float":4.0,"neg":-2,"huge":9007199254740992,"s":"3"})"),
+              {"i", "f", "whole_float", "neg", "huge", "s"});
+    EXPECT_EQ(args.integer("i", 0, 10), 3);
+    EXPECT_EQ(args.integer("whole_float", 0, 10), 4);
+    EXPECT_EQ(args.integer("neg", -5, 5), -2);
+    EXPECT_TOOL_ERROR(args.integer("f", 0, 10), "'f'", "whole number");
+    EXPECT_TOOL_ERROR(args.integer("i", 4, 10), "'i'", "from 4 to 10");
+    EXPECT_TOOL_ERROR(args.integer("huge", 0, 1000), "'huge'");
+    EXPECT_TOOL_ERROR(args.integer("s", 0, 10), "'s'");
+}
+
+TEST_F(ArgsTest, StringsAcceptsStringOrArray) {
+    Args args(parse(R"({"one":"ls","many":["a","b","c"],"empty":[],"mixed":["a",1],"obj":{},"num":5,"nul":null})"),
+              {"one", "many", "empty", "mixed", "obj", "num", "nul", "absent"});
+    EXPECT_EQ(args.strings("one"), (std::vector<std::string>{"ls"}));
+    EXPECT_EQ(args.strings("many"), (std::vector<std::string>{"a", "b", "c"}));
+    EXPECT_EQ(args.strings("absent"), std::nullopt);
+    EXPECT_EQ(args.strings("nul"), std::nullopt);
+    EXPECT_TOOL_ERROR(args.strings("empty"), "'empty'", "non-empty array of strings");
+    EXPECT_TOOL_ERROR(args.strings("mixed"), "'mixed'", "array of strings");
+    EXPECT_TOOL_ERROR(args.strings("obj"), "'obj'");
+    EXPECT_TOOL_ERROR(args.strings("num"), "'num'");
+}
+
+TEST_F(ArgsTest, StringMap) {
+    Args args(parse(R"({"env":{"A":"1","B":"two"},"empty":{},"bad":{"A":"1","N":2},"arr":["A=1"],"s":"A=1"})"),
+              {"env", "empty", "bad", "arr", "s", "absent"});
+    auto env = args.string_map("env");
+    ASSERT_TRUE(env);
+    EXPECT_EQ(*env, (std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "two"}}));
+    auto empty = args.string_map("empty");
+    ASSERT_TRUE(empty);
+    EXPECT_TRUE(empty->empty());
+    EXPECT_EQ(args.string_map("absent"), std::nullopt);
+    EXPECT_TOOL_ERROR(args.string_map("bad"), "'bad'", "'N'", "string");
+    EXPECT_TOOL_ERROR(args.string_map("arr"), "'arr'", "object");
+    EXPECT_TOOL_ERROR(args.string_map("s"), "'s'", "object");
+}
+
+// ================================================================ parse_args
+
+const char* const env_vars[] = {
+    "CUBICLE_DEFAULT_IMAGE", "DOCKER_HOST",          "CUBICLE_MEMORY_MB",        "CUBICLE_CPUS",
+    "CUBICLE_TIMEOUT_S",     "CUBICLE_MAX_TIMEOUT_S", "CUBICLE_MAX_SANDBOXES",    "CUBICLE_PIDS_LIMIT",
+    "CUBICLE_TMP_SIZE_MB",   "CUBICLE_ALLOW_NETWORK", "CUBICLE_MAX_OUTPUT_BYTES", "CUBICLE_LOG_LEVEL",
+};
+
+class ParseArgsTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        for (const char* name : env_vars) {
+            if (const char* value = std::getenv(name)) saved_[name] = value;
+            ::unsetenv(name);
+        }
+    }
+    void TearDown() override {
+        for (const char* name : env_vars) {
+            auto it = saved_.find(name);
+            if (it != saved_.end()) {
+                ::setenv(name, it->second.c_str(), 1);
+            } else {
+                ::unsetenv(name);
+            }
+        }
+    }
+    static ParsedArgs parse(std::vector<std::string> args) {
+        args.insert(args.begin(), "cubicle");
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        return parse_args(static_cast<int>(args.size()), argv.data());
+    }
+    static std::string error_of(std::vector<std::string> args) {
+        try {
+            parse(std::move(args));
+        } catch (const std::invalid_argument& e) {
+            return e.what();
+        }
+        return "<no error>";
+    }
+    std::map<std::string, std::string> saved_;
+};
+
+TEST_F(ParseArgsTest, Defaults) {
+    auto parsed = parse({});
+    const Config defaults;
+    EXPECT_FALSE(parsed.show_help);
+    EXPECT_FALSE(parsed.show_version);
+    EXPECT_EQ(parsed.config.default_image, defaults.default_image);
+    EXPECT_EQ(parsed.config.docker_host, "");
+    EXPECT_EQ(parsed.config.memory_mb, 512);
+    EXPECT_EQ(parsed.config.cpus, 1.0);
+    EXPECT_EQ(parsed.config.timeout_s, 30);
+    EXPECT_EQ(parsed.config.max_timeout_s, 300);
+    EXPECT_EQ(parsed.config.max_sandboxes, 32);
+    EXPECT_EQ(parsed.config.pids_limit, 256);
+    EXPECT_EQ(parsed.config.tmp_size_mb, 256);
+    EXPECT_EQ(parsed.config.max_output_bytes, 1u << 20);
+    EXPECT_FALSE(parsed.config.allow_network);
+    EXPECT_EQ(parsed.config.log_level, "info");
+}
+
+TEST_F(ParseArgsTest, FlagsWithSeparateValues) {
+    auto c = parse({"--default-image", "python:3.12-slim", "--docker-host", "tcp://h:1", "--memory-mb", "1024", "--cpus",
+                    "2.5", "--timeout-s", "60", "--max-timeout-s", "600", "--max-sandboxes", "4", "--pids-limit", "64",
+                    "--tmp-size-mb", "32", "--max-output-bytes", "4096", "--log-level", "debug"})
+                 .config;
+    EXPECT_EQ(c.default_image, "python:3.12-slim");
+    EXPECT_EQ(c.docker_host, "tcp://h:1");
+    EXPECT_EQ(c.memory_mb, 1024);
+    EXPECT_EQ(c.cpus, 2.5);
+    EXPECT_EQ(c.timeout_s, 60);
+    EXPECT_EQ(c.max_timeout_s, 600);
+    EXPECT_EQ(c.max_sandboxes, 4);
+    EXPECT_EQ(c.pids_limit, 64);
+    EXPECT_EQ(c.tmp_size_mb, 32);
+    EXPECT_EQ(c.max_output_bytes, 4096u);
+    EXPECT_EQ(c.log_level, "debug");
+}
+
+TEST_F(ParseArgsTest, FlagsWithEquals) {
+    auto c = parse({"--memory-mb=2048", "--cpus=0.5", "--default-image=img:tag=x", "--log-level=error"}).config;
+    EXPECT_EQ(c.memory_mb, 2048);
+    EXPECT_EQ(c.cpus, 0.5);
+    EXPECT_EQ(c.default_image, "img:tag=x");  // only the first '=' separates
+    EXPECT_EQ(c.log_level, "error");
+}
+
+TEST_F(ParseArgsTest, EnvironmentVariables) {
+    ::setenv("CUBICLE_MEMORY_MB", "768", 1);
+    ::setenv("CUBICLE_CPUS", "1.5", 1);
+    ::setenv("CUBICLE_DEFAULT_IMAGE", "env/image:1", 1);
+    ::setenv("DOCKER_HOST", "unix:///tmp/d.sock", 1);
+    ::setenv("CUBICLE_ALLOW_NETWORK", "true", 1);
+    ::setenv("CUBICLE_LOG_LEVEL", "warning", 1);
+    ::setenv("CUBICLE_MAX_OUTPUT_BYTES", "2048", 1);
+    auto c = parse({}).config;
+    EXPECT_EQ(c.memory_mb, 768);
+    EXPECT_EQ(c.cpus, 1.5);
+    EXPECT_EQ(c.default_image, "env/image:1");
+    EXPECT_EQ(c.docker_host, "unix:///tmp/d.sock");
+    EXPECT_TRUE(c.allow_network);
+    EXPECT_EQ(c.log_level, "warning");
+    EXPECT_EQ(c.max_output_bytes, 2048u);
+}
+
+TEST_F(ParseArgsTest, EmptyEnvironmentVariableIsIgnored) {
+    ::setenv("CUBICLE_MEMORY_MB", "", 1);
+    EXPECT_EQ(parse({}).config.memory_mb, 512);
+}
+
+TEST_F(ParseArgsTest, FlagsBeatEnvironment) {
+    ::setenv("CUBICLE_MEMORY_MB", "768", 1);
+    ::setenv("CUBICLE_ALLOW_NETWORK", "1", 1);
+    ::setenv("CUBICLE_TIMEOUT_S", "10", 1);
+    auto c = parse({"--memory-mb", "256", "--allow-network=false", "--timeout-s=20"}).config;
+    EXPECT_EQ(c.memory_mb, 256);
+    EXPECT_FALSE(c.allow_network);
+    EXPECT_EQ(c.timeout_s, 20);
+}
+
+TEST_F(ParseArgsTest, BadEnvironmentValueIsAnError) {
+    ::setenv("CUBICLE_MEMORY_MB", "lots", 1);
+    EXPECT_NE(error_of({}).find("--memory-mb"), std::string::npos);
+}
+
+TEST_F(ParseArgsTest, AllowNetworkSwitch) {
+    EXPECT_TRUE(parse({"--allow-network"}).config.allow_network);
+    EXPECT_TRUE(parse({"--allow-network=true"}).config.allow_network);
+    EXPECT_TRUE(parse({"--allow-network=yes"}).config.allow_network);
+    EXPECT_FALSE(parse({"--allow-network=0"}).config.allow_network);
+    EXPECT_FALSE(parse({"--allow-network=off"}).config.allow_network);
+    // A switch does not swallow the next argument.
+    auto c = parse({"--allow-network", "--memory-mb", "100"}).config;
+    EXPECT_TRUE(c.allow_network);
+    EXPECT_EQ(c.memory_mb, 100);
+    EXPECT_NE(error_of({"--allow-network=maybe"}).find("--allow-network"), std::string::npos);
+}
+
+TEST_F(ParseArgsTest, BadNumbers) {
+    for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+             {"--memory-mb", "abc"},
+             {"--memory-mb", "12abc"},
+             {"--memory-mb", "8"},          // below the minimum
+             {"--memory-mb", "2000000"},    // above the maximum
+             {"--memory-mb", "1.5"},        // not an integer
+             {"--memory-mb", ""},
+             {"--memory-mb", "-512"},
+             {"--cpus", "0"},
+             {"--cpus", "lots"},
+             {"--timeout-s", "0"},
+             {"--max-output-bytes", "10"},
+             {"--pids-limit", "1"},
+         }) {
+        std::string error = error_of(args);
+        EXPECT_NE(error.find(args[0]), std::string::npos) << args[0] << " " << args[1] << ": " << error;
+        EXPECT_NE(error.find("must be a number from"), std::string::npos) << error;
+    }
+}
+
+TEST_F(ParseArgsTest, BadLogLevel) {
+    EXPECT_NE(error_of({"--log-level", "verbose"}).find("--log-level"), std::string::npos);
+}
+
+TEST_F(ParseArgsTest, MissingValue) {
+    std::string error = error_of({"--memory-mb"});
+    EXPECT_NE(error.find("--memory-mb"), std::string::npos) << error;
+    EXPECT_NE(error.find("needs a value"), std::string::npos) << error;
+}
+
+TEST_F(ParseArgsTest, UnknownFlag) {
+    std::string error = error_of({"--memroy-mb", "5"});
+    EXPECT_NE(error.find("--memroy-mb"), std::string::npos) << error;
+    EXPECT_NE(error.find("unknown option"), std::string::npos) << error;
+    EXPECT_NE(error_of({"positional"}).find("positional"), std::string::npos);
+    EXPECT_NE(error_of({"--bogus=1"}).find("--bogus=1"), std::string::npos);
+}
+
+TEST_F(ParseArgsTest, HelpAndVersion) {
+    EXPECT_TRUE(parse({"--help"}).show_help);
+    EXPECT_TRUE(parse({"-h"}).show_help);
+    EXPECT_TRUE(parse({"--version"}).show_version);
+    EXPECT_TRUE(parse({"-V"}).show_version);
+    auto both = parse({"-V", "--memory-mb", "64", "--help"});
+    EXPECT_TRUE(both.show_help);
+    EXPECT_TRUE(both.show_version);
+    EXPECT_EQ(both.config.memory_mb, 64);
+}
+
+TEST_F(ParseArgsTest, TimeoutRaisesMaxTimeout) {
+    auto c = parse({"--timeout-s", "500"}).config;
+    EXPECT_EQ(c.timeout_s, 500);
+    EXPECT_GE(c.max_timeout_s, 500);
+}
+
+TEST(Usage, MentionsEveryFlagAndVariable) {
+    std::string text = usage();
+    for (const char* flag : {"--default-image", "--docker-host", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
+                             "--max-sandboxes", "--pids-limit", "--tmp-size-mb", "--max-output-bytes", "--allow-network",
+                             "--log-level", "--help", "--version", "-h", "-V"}) {
+        EXPECT_NE(text.find(flag), std::string::npos) << flag;
+    }
+    for (const char* var : env_vars) EXPECT_NE(text.find(var), std::string::npos) << var;
+    EXPECT_NE(text.find(CUBICLE_VERSION), std::string::npos);
+}
+
+} // namespace
+} // namespace cubicle

@@ -1,1 +1,304 @@
+// The sandbox security policy (container_config) and the language table.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "common/json.hpp"
+#include "sandbox/languages.hpp"
+#include "sandbox/policy.hpp"
+
+namespace cubicle::sandbox {
+namespace {
+
+constexpr std::int64_t mib = 1024 * 1024;
+
+class PolicyTest : public ::testing::Test {
+protected:
+    simdjson::dom::element config_for(const SandboxSpec& spec, std::string instance = "inst-1234",
+                                      std::string sandbox = "sb-5678") {
+        text_ = container_config(spec, instance, sandbox);
+        auto error = doc_.parse(text_);
+        EXPECT_FALSE(error) << text_;
+        return doc_.root();
+    }
+    static SandboxSpec spec() {
+        SandboxSpec s;
+        s.image = "cubicle/sandbox:latest";
+        return s;
+    }
+    std::string text_;
+    json::Document doc_;
+};
+
+std::vector<std::string> string_array(simdjson::dom::element e) {
+    std::vector<std::string> out;
+    simdjson::dom::array array;
+    EXPECT_EQ(e.get(array), simdjson::SUCCESS);
+    for (auto item : array) {
+        std::string_view s;
+        EXPECT_EQ(item.get(s), simdjson::SUCCESS);
+        out.emplace_back(s);
+    }
+    return out;
+}
+
+std::string str(simdjson::simdjson_result<simdjson::dom::element> e) {
+    std::string_view s;
+    EXPECT_EQ(e.get(s), simdjson::SUCCESS);
+    return std::string(s);
+}
+
+std::int64_t i64(simdjson::simdjson_result<simdjson::dom::element> e) {
+    std::int64_t v = -12345;
+    EXPECT_EQ(e.get(v), simdjson::SUCCESS);
+    return v;
+}
+
+bool boolean(simdjson::simdjson_result<simdjson::dom::element> e) {
+    bool v = false;
+    EXPECT_EQ(e.get(v), simdjson::SUCCESS);
+    return v;
+}
+
+TEST_F(PolicyTest, NoNetworkByDefault) {
+    auto root = config_for(spec());
+    EXPECT_EQ(str(root["HostConfig"]["NetworkMode"]), "none");
+    EXPECT_TRUE(boolean(root["NetworkDisabled"]));
+}
+
+TEST_F(PolicyTest, NetworkWhenAsked) {
+    auto s = spec();
+    s.network = true;
+    auto root = config_for(s);
+    EXPECT_EQ(str(root["HostConfig"]["NetworkMode"]), "bridge");
+    bool disabled = false;
+    if (root["NetworkDisabled"].get(disabled) == simdjson::SUCCESS) {
+        EXPECT_FALSE(disabled);
+    }
+}
+
+TEST_F(PolicyTest, PrivilegesDropped) {
+    auto host = config_for(spec())["HostConfig"];
+    EXPECT_EQ(string_array(host["CapDrop"].value()), std::vector<std::string>{"ALL"});
+    EXPECT_TRUE(host["CapAdd"].error() == simdjson::NO_SUCH_FIELD);
+    auto security = string_array(host["SecurityOpt"].value());
+    EXPECT_NE(std::find(security.begin(), security.end(), "no-new-privileges"), security.end());
+    for (const auto& opt : security) {
+        EXPECT_EQ(opt.find("unconfined"), std::string::npos) << opt;
+    }
+    EXPECT_TRUE(boolean(host["ReadonlyRootfs"]));
+    EXPECT_TRUE(boolean(host["Init"]));
+    EXPECT_FALSE(boolean(host["Privileged"]));
+    EXPECT_TRUE(host["Devices"].error() == simdjson::NO_SUCH_FIELD);
+    EXPECT_TRUE(host["PidMode"].error() == simdjson::NO_SUCH_FIELD);
+    std::string_view ipc;
+    if (host["IpcMode"].get(ipc) == simdjson::SUCCESS) {
+        EXPECT_NE(ipc, "host");
+    }
+}
+
+TEST_F(PolicyTest, ResourceLimits) {
+    auto s = spec();
+    s.memory_mb = 768;
+    s.cpus = 1.5;
+    s.pids_limit = 99;
+    s.tmp_size_mb = 64;
+    auto host = config_for(s)["HostConfig"];
+    EXPECT_EQ(i64(host["PidsLimit"]), 99);
+    EXPECT_EQ(i64(host["Memory"]), 768 * mib);
+    EXPECT_EQ(i64(host["MemorySwap"]), 768 * mib);
+    EXPECT_EQ(i64(host["NanoCpus"]), 1500000000);
+    std::string tmp = str(host["Tmpfs"]["/tmp"]);
+    EXPECT_NE(tmp.find("size=64m"), std::string::npos) << tmp;
+    EXPECT_NE(tmp.find("nosuid"), std::string::npos) << tmp;
+}
+
+TEST_F(PolicyTest, LargeMemoryDoesNotOverflow) {
+    auto s = spec();
+    s.memory_mb = 1 << 20;  // the largest --memory-mb: 1 TiB
+    auto host = config_for(s)["HostConfig"];
+    EXPECT_EQ(i64(host["Memory"]), std::int64_t{1} << 40);
+    EXPECT_EQ(i64(host["MemorySwap"]), std::int64_t{1} << 40);
+}
+
+TEST_F(PolicyTest, FractionalCpus) {
+    auto s = spec();
+    s.cpus = 0.01;
+    EXPECT_EQ(i64(config_for(s)["HostConfig"]["NanoCpus"]), 10000000);
+    s.cpus = 0.3;  // not exactly representable: rounded, not truncated
+    EXPECT_EQ(i64(config_for(s)["HostConfig"]["NanoCpus"]), 300000000);
+}
+
+TEST_F(PolicyTest, Ulimits) {
+    auto host = config_for(spec())["HostConfig"];
+    simdjson::dom::array ulimits;
+    ASSERT_EQ(host["Ulimits"].get(ulimits), simdjson::SUCCESS);
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> by_name;
+    for (auto u : ulimits) by_name[str(u["Name"])] = {i64(u["Soft"]), i64(u["Hard"])};
+    ASSERT_TRUE(by_name.count("nofile"));
+    ASSERT_TRUE(by_name.count("fsize"));
+    ASSERT_TRUE(by_name.count("core"));
+    EXPECT_GT(by_name["nofile"].first, 0);
+    EXPECT_EQ(by_name["nofile"].first, by_name["nofile"].second);
+    EXPECT_GT(by_name["fsize"].first, 0);
+    EXPECT_EQ(by_name["fsize"].first, by_name["fsize"].second);
+    EXPECT_EQ(by_name["core"], std::make_pair(std::int64_t{0}, std::int64_t{0}));
+}
+
+TEST_F(PolicyTest, OnlyAnonymousVolumes) {
+    auto root = config_for(spec());
+    auto host = root["HostConfig"];
+    EXPECT_TRUE(host["Binds"].error() == simdjson::NO_SUCH_FIELD);
+    EXPECT_TRUE(host["VolumesFrom"].error() == simdjson::NO_SUCH_FIELD);
+    EXPECT_TRUE(root["Volumes"].error() == simdjson::NO_SUCH_FIELD);
+    simdjson::dom::array mounts;
+    ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
+    std::set<std::string> targets;
+    for (auto m : mounts) {
+        EXPECT_EQ(str(m["Type"]), "volume");
+        EXPECT_TRUE(m["Source"].error() == simdjson::NO_SUCH_FIELD) << json::to_string(m);
+        targets.insert(str(m["Target"]));
+    }
+    EXPECT_EQ(targets, (std::set<std::string>{workspace_dir, agent_dir}));
+    EXPECT_EQ(text_.find("bind"), std::string::npos);
+    EXPECT_EQ(text_.find("docker.sock"), std::string::npos);
+}
+
+TEST_F(PolicyTest, UnprivilegedUserAndAgentEntrypoint) {
+    auto root = config_for(spec());
+    EXPECT_EQ(str(root["User"]), "1000:1000");
+    EXPECT_EQ(str(root["WorkingDir"]), "/workspace");
+    EXPECT_EQ(string_array(root["Entrypoint"].value()), std::vector<std::string>{agent_path});
+    EXPECT_EQ(str(root["Image"]), "cubicle/sandbox:latest");
+    EXPECT_FALSE(boolean(root["Tty"]));
+    EXPECT_TRUE(boolean(root["OpenStdin"]));
+    EXPECT_TRUE(boolean(root["StdinOnce"]));
+}
+
+TEST_F(PolicyTest, EnvironmentIsOnlyFixedEntriesAndTheSpecs) {
+    ::setenv("CUBICLE_TEST_SECRET", "hunter2-top-secret", 1);
+    auto s = spec();
+    s.env = {{"FOO", "bar"}, {"WITH_EQ", "a=b"}, {"QUOTE", "say \"hi\"\n"}};
+    auto root = config_for(s);
+    auto env = string_array(root["Env"].value());
+    std::vector<std::string> expected = {
+        "HOME=/workspace",
+        "LANG=C.UTF-8",
+        "PYTHONUNBUFFERED=1",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "FOO=bar",
+        "WITH_EQ=a=b",
+        "QUOTE=say \"hi\"\n",
+    };
+    EXPECT_EQ(env, expected);
+    EXPECT_EQ(text_.find("hunter2"), std::string::npos);
+    EXPECT_EQ(text_.find("CUBICLE_TEST_SECRET"), std::string::npos);
+    ::unsetenv("CUBICLE_TEST_SECRET");
+}
+
+TEST_F(PolicyTest, Labels) {
+    auto root = config_for(spec(), "my-instance", "sandbox-42");
+    auto labels = root["Labels"];
+    EXPECT_EQ(str(labels["io.cubicle.managed"]), "true");
+    EXPECT_EQ(str(labels["io.cubicle.instance"]), "my-instance");
+    EXPECT_EQ(str(labels["io.cubicle.sandbox"]), "sandbox-42");
+}
+
+TEST_F(PolicyTest, HostileValuesStayInsideTheirStrings) {
+    auto s = spec();
+    s.image = "img\",\"Privileged\":true,\"x\":\"";
+    s.env = {{"K\"", "v\\"}};
+    auto root = config_for(s, "i\"", "s\n");
+    EXPECT_EQ(str(root["Image"]), s.image);
+    EXPECT_FALSE(boolean(root["HostConfig"]["Privileged"]));
+    EXPECT_TRUE(root["Privileged"].error() == simdjson::NO_SUCH_FIELD);
+    EXPECT_EQ(text_.find('\n'), std::string::npos);
+}
+
+// ================================================================ languages
+
+TEST(Languages, CanonicalNamesAndAliases) {
+    EXPECT_EQ(canonical_language("python"), "python");
+    EXPECT_EQ(canonical_language("python3"), "python");
+    EXPECT_EQ(canonical_language("py"), "python");
+    EXPECT_EQ(canonical_language("javascript"), "javascript");
+    EXPECT_EQ(canonical_language("node"), "javascript");
+    EXPECT_EQ(canonical_language("js"), "javascript");
+    EXPECT_EQ(canonical_language("bash"), "bash");
+    EXPECT_EQ(canonical_language("sh"), "bash");
+    EXPECT_EQ(canonical_language("shell"), "bash");
+}
+
+TEST(Languages, Unknown) {
+    for (const char* name : {"", "ruby", "Python", "PY", "python2", " python", "c++", "typescript"}) {
+        EXPECT_EQ(canonical_language(name), std::nullopt) << name;
+    }
+}
+
+TEST(Languages, ListMentionsEveryAlias) {
+    auto list = language_list();
+    for (const char* name : {"python", "python3", "py", "javascript", "node", "js", "bash", "sh", "shell"}) {
+        EXPECT_NE(list.find(name), std::string_view::npos) << name;
+    }
+}
+
+TEST(Languages, PythonReadsCodeFromStdin) {
+    auto r = program_for("python", "print('hi')\n");
+    EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "-u", "-"}));
+    EXPECT_EQ(r.stdin_data, "print('hi')\n");
+    EXPECT_EQ(r.cwd, "/workspace");
+}
+
+TEST(Languages, JavascriptReadsCodeFromStdin) {
+    auto r = program_for("javascript", "console.log(1)");
+    EXPECT_EQ(r.argv, (std::vector<std::string>{"node", "-"}));
+    EXPECT_EQ(r.stdin_data, "console.log(1)");
+    EXPECT_EQ(r.cwd, "/workspace");
+}
+
+TEST(Languages, SmallBashIsAnArgument) {
+    auto r = program_for("bash", "read x; echo $x");
+    EXPECT_EQ(r.argv, (std::vector<std::string>{"bash", "-c", "read x; echo $x"}));
+    EXPECT_EQ(r.stdin_data, "");  // stdin stays free for the script
+    EXPECT_EQ(r.cwd, "/workspace");
+}
+
+TEST(Languages, LargeBashGoesThroughAFile) {
+    std::string code(150 * 1024, '#');
+    code.front() = 'e';
+    auto r = program_for("bash", code);
+    ASSERT_EQ(r.argv.size(), 3u);
+    EXPECT_EQ(r.argv[0], "bash");
+    EXPECT_EQ(r.argv[1], "-c");
+    EXPECT_LT(r.argv[2].size(), 1024u);  // the code is not in argv (MAX_ARG_STRLEN)
+    EXPECT_EQ(r.stdin_data, code);
+    // The script must not see the code as its stdin.
+    EXPECT_NE(r.argv[2].find("</dev/null"), std::string::npos) << r.argv[2];
+}
+
+TEST(Languages, BashSizeThreshold) {
+    std::string at_limit(100 * 1024, 'x');
+    EXPECT_EQ(program_for("bash", at_limit).argv[2], at_limit);
+    std::string over(100 * 1024 + 1, 'x');
+    EXPECT_EQ(program_for("bash", over).stdin_data, over);
+}
+
+TEST(Languages, ShellCommand) {
+    auto r = shell_command("ls -la | wc -l");
+    EXPECT_EQ(r.argv, (std::vector<std::string>{"/bin/sh", "-c", "ls -la | wc -l"}));
+    EXPECT_EQ(r.cwd, "/workspace");
+    EXPECT_EQ(r.stdin_data, "");
+}
+
+} // namespace
+} // namespace cubicle::sandbox

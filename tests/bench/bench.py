@@ -1,0 +1,835 @@
+#!/usr/bin/env python3
+"""Latency / throughput / memory benchmark of the cubicle MCP server.
+
+Stdlib only (Python 3.11). Speaks raw newline-delimited JSON-RPC to
+build/cubicle over its stdio pipes, so client overhead stays in the
+tens of microseconds. Every ratio is computed against baselines measured
+in the same run (the machine is small and noisy: compare ratios, not
+absolute numbers between runs).
+
+    python3 tests/bench/bench.py [--quick] [--rounds N]
+
+See tests/bench/README.md for what each row means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "cubicle/sandbox-test:latest"
+BENCH_LABEL = "io.cubicle.bench"  # marks the baseline containers this script starts with docker run
+CALL_TIMEOUT_S = 180.0
+
+
+# ---------------------------------------------------------------------------
+# Raw JSON-RPC client over a server's stdio pipes
+# ---------------------------------------------------------------------------
+
+class RpcError(Exception):
+    pass
+
+
+@dataclass
+class Reply:
+    msg: dict
+    sent: float      # perf_counter just before the request was written
+    arrived: float   # perf_counter right after its line was read
+
+    @property
+    def elapsed_ms(self) -> float:
+        return (self.arrived - self.sent) * 1000.0
+
+    @property
+    def error(self) -> str | None:
+        """JSON-RPC error, or the text of a tool result with isError, else None."""
+        if "error" in self.msg:
+            return f"rpc error {self.msg['error'].get('code')}: {self.msg['error'].get('message')}"
+        res = self.msg.get("result", {})
+        if res.get("isError"):
+            texts = [c.get("text", "") for c in res.get("content", []) if isinstance(c, dict)]
+            return " ".join(texts).strip() or "isError without text"
+        return None
+
+    @property
+    def sc(self) -> dict:
+        return self.msg.get("result", {}).get("structuredContent") or {}
+
+
+class Server:
+    """One build/cubicle process; many requests may be in flight at once."""
+
+    def __init__(self, name: str, binary: Path, extra_args: list[str], log_dir: Path):
+        self.name = name
+        self.argv = [str(binary), "--default-image", IMAGE, *extra_args]
+        self.shown_argv = ["build/cubicle", "--default-image", IMAGE, *extra_args]
+        self.log_path = log_dir / f"server-{name}.log"
+        self.proc: asyncio.subprocess.Process | None = None
+        self._next_id = 0
+        self._pending: dict[int, tuple[asyncio.Future, float]] = {}
+        self._progress: dict[str, Callable[[float, float, dict], None]] = {}
+        self._reader: asyncio.Task | None = None
+        self._log = None
+        self.instances: set[str] = set()  # io.cubicle.instance label values seen on its containers
+
+    async def start(self) -> None:
+        self._log = open(self.log_path, "wb")
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=self._log, limit=64 * 1024 * 1024)
+        self._reader = asyncio.create_task(self._read_loop())
+        r = await self.request("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}})
+        if r.error:
+            raise RuntimeError(f"initialize failed: {r.error}")
+        await self.notify("notifications/initialized")
+
+    async def _read_loop(self) -> None:
+        assert self.proc and self.proc.stdout
+        while True:
+            line = await self.proc.stdout.readline()
+            arrived = time.perf_counter()
+            wall = time.time()
+            if not line:
+                break
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "id" in msg and ("result" in msg or "error" in msg):
+                entry = self._pending.pop(msg["id"], None)
+                if entry and not entry[0].done():
+                    entry[0].set_result(Reply(msg, entry[1], arrived))
+            elif msg.get("method") == "notifications/progress":
+                params = msg.get("params", {})
+                cb = self._progress.get(str(params.get("progressToken")))
+                if cb:
+                    cb(arrived, wall, params)
+        for fut, _ in self._pending.values():
+            if not fut.done():
+                fut.set_exception(RpcError(f"server {self.name} closed its stdout"))
+        self._pending.clear()
+
+    async def _write(self, msg: dict) -> None:
+        assert self.proc and self.proc.stdin
+        self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def notify(self, method: str, params: dict | None = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self._write(msg)
+
+    async def request(self, method: str, params: dict, timeout: float = CALL_TIMEOUT_S) -> Reply:
+        self._next_id += 1
+        rid = self._next_id
+        fut = asyncio.get_running_loop().create_future()
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        assert self.proc and self.proc.stdin
+        sent = time.perf_counter()
+        self._pending[rid] = (fut, sent)
+        self.proc.stdin.write(data)
+        await self.proc.stdin.drain()
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._pending.pop(rid, None)
+
+    async def call(self, tool: str, arguments: dict, on_progress: Callable | None = None,
+                   timeout: float = CALL_TIMEOUT_S) -> Reply:
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        token = None
+        if on_progress is not None:
+            self._next_id += 1
+            token = f"p{self._next_id}"
+            self._progress[token] = on_progress
+            params["_meta"] = {"progressToken": token}
+        try:
+            return await self.request("tools/call", params, timeout)
+        finally:
+            if token:
+                self._progress.pop(token, None)
+
+    def rss_kib(self) -> int:
+        assert self.proc
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    async def learn_instance(self, container_id: str) -> None:
+        """Remembers the instance label of this server's containers (for the final leak check)."""
+        if not container_id:
+            return
+        out = await run_cmd(["docker", "inspect", "-f", '{{index .Config.Labels "io.cubicle.instance"}}', container_id])
+        if out[0] == 0 and out[1].strip():
+            self.instances.add(out[1].strip())
+
+    async def close(self, timeout: float = 120.0) -> None:
+        """Closes stdin (the server then removes its containers) and waits for it to exit."""
+        if not self.proc:
+            return
+        if self.proc.returncode is None:
+            try:
+                assert self.proc.stdin
+                self.proc.stdin.close()
+            except Exception:
+                pass
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout)
+            except asyncio.TimeoutError:
+                print(f"warning: server {self.name} did not exit within {timeout:.0f}s; killing it", file=sys.stderr)
+                self.proc.kill()
+                await self.proc.wait()
+        if self._reader:
+            try:
+                await asyncio.wait_for(self._reader, 5)
+            except Exception:
+                pass
+        if self._log:
+            self._log.close()
+
+
+def binary_fingerprint(path: Path) -> str:
+    import hashlib
+    try:
+        data = path.read_bytes()
+        mtime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+        return f"sha256 {hashlib.sha256(data).hexdigest()[:12]}, built {mtime}"
+    except OSError as e:
+        return f"build/cubicle unreadable ({e})"
+
+
+async def run_cmd(argv: list[str]) -> tuple[int, str, str]:
+    p = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await p.communicate()
+    return p.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def timed_cmd(argv: list[str]) -> tuple[float, int, str, str]:
+    t0 = time.perf_counter()
+    rc, out, err = await run_cmd(argv)
+    return (time.perf_counter() - t0) * 1000.0, rc, out, err
+
+
+# ---------------------------------------------------------------------------
+# Statistics and the report
+# ---------------------------------------------------------------------------
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def pct(xs: list[float], p: int) -> float:
+    """p-th percentile (inclusive interpolation); the single value for n=1."""
+    if len(xs) == 1:
+        return xs[0]
+    return statistics.quantiles(xs, n=100, method="inclusive")[p - 1]
+
+
+@dataclass
+class Row:
+    section: str
+    name: str
+    samples: list[float] = field(default_factory=list)
+    unit: str = "ms"
+    value: str | None = None          # replaces median/p90 columns for non-latency rows
+    na: str | None = None             # "n/a: <reason>"
+    ratios: list[str] = field(default_factory=list)
+    target: str = "—"
+    checks: list[bool] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def med(self) -> float | None:
+        return median(self.samples) if self.samples else None
+
+    def cells(self) -> list[str]:
+        if self.na:
+            return [self.section, self.name, "—", "n/a", "n/a", "—", self.target, f"n/a: {self.na}"]
+        if self.value is not None:
+            med_s, p90_s, n = self.value, "", str(len(self.samples)) if self.samples else "—"
+        elif self.samples:
+            med_s, p90_s, n = f"{median(self.samples):.2f}", f"{pct(self.samples, 90):.2f}", str(len(self.samples))
+        else:
+            med_s, p90_s, n = "—", "—", "0"
+        if not self.checks:
+            result = "baseline" if self.target == "—" else "—"
+        else:
+            result = "PASS" if all(self.checks) else "MISS"
+        ratio = "; ".join(self.ratios) or "—"
+        name = self.name + (f" ({self.note})" if self.note else "")
+        return [self.section, name, n, med_s, p90_s, ratio, self.target, result]
+
+
+def render(rows: list[Row]) -> str:
+    head = ["#", "measurement", "n", "median", "p90", "ratio (of medians)", "target", "result"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Benchmark sections
+# ---------------------------------------------------------------------------
+
+PRINT1 = "print(1)"
+
+
+def ok_print1(r: Reply) -> bool:
+    return r.error is None and r.sc.get("exit_code") == 0 and r.sc.get("stdout", "").strip() == "1"
+
+
+def short(s: str, n: int = 90) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.rounds: int = args.rounds
+        self.log_dir = Path(tempfile.mkdtemp(prefix="cubicle-bench-"))
+        self.binary = REPO / "build" / "cubicle"
+        if not args.no_snapshot:
+            # build/cubicle may be rebuilt while we run: every server runs one copy taken now
+            snap = self.log_dir / "cubicle"
+            shutil.copy2(self.binary, snap)
+            self.binary = snap
+        self.servers: list[Server] = []
+        self.pool_supported = False
+        self.stateful: bool | None = None
+        self.fresh_supported: bool | None = None
+        self.fresh_na = ""
+        self.results: dict[str, Row] = {}
+        self.problems: list[str] = []
+
+    # -- helpers ---------------------------------------------------------------
+
+    async def server(self, name: str, extra: list[str]) -> Server:
+        s = Server(name, self.binary, extra, self.log_dir)
+        self.servers.append(s)
+        await s.start()
+        return s
+
+    async def new_sandbox(self, s: Server) -> str:
+        r = await s.call("initialize_sandbox", {})
+        if r.error:
+            raise RuntimeError(f"initialize_sandbox failed: {r.error}")
+        if not s.instances:
+            await s.learn_instance(r.sc.get("container_id", ""))
+        return r.sc["sandbox_id"]
+
+    async def stop(self, s: Server, sid: str) -> None:
+        r = await s.call("stop_sandbox", {"sandbox_id": sid})
+        if r.error:
+            self.problems.append(f"stop_sandbox {sid}: {r.error}")
+
+    def row(self, key: str, section: str, name: str, **kw) -> Row:
+        r = Row(section, name, **kw)
+        self.results[key] = r
+        return r
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    # -- feature detection ------------------------------------------------------
+
+    def detect_pool(self) -> None:
+        try:
+            out = subprocess.run([str(self.binary), "--help"], capture_output=True, text=True, timeout=10)
+            self.pool_supported = "--pool-size" in (out.stdout + out.stderr)
+        except Exception:
+            self.pool_supported = False
+
+    async def detect_modes(self, s: Server, sid: str) -> None:
+        a = await s.call("execute_code", {"code": "x = 41", "sandbox_id": sid})
+        b = await s.call("execute_code", {"code": "print(x + 1)", "sandbox_id": sid})
+        self.stateful = a.error is None and b.error is None and b.sc.get("stdout", "").strip() == "42"
+        self.stateful_na = "sandboxes are not stateful (`x = 41` then `print(x + 1)` did not print 42)"
+        if not self.stateful:
+            bad = next((r for r in (a, b) if r.error or (r.sc.get("exit_code") not in (0, None)
+                                                         and "NameError" not in r.sc.get("stderr", ""))), None)
+            if bad is not None:
+                self.stateful_na = f"default run failed, not a plain NameError: {short(bad.error or bad.sc.get('stderr'), 70)}"
+        f = await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid, "fresh": True})
+        self.fresh_supported = ok_print1(f)
+        if not self.fresh_supported:
+            self.fresh_na = f"`fresh` not supported by this server ({short(f.error or f.sc, 70)})"
+        self.log(f"stateful default: {self.stateful}; fresh: {self.fresh_supported}; pool: {self.pool_supported}")
+
+    # -- 1 + 3: throwaway execute_code and initialize_sandbox, pool vs no pool ----
+
+    async def section_throwaway_and_init(self, plain: Server, pooled: Server | None) -> None:
+        docker_run = ["docker", "run", "--rm", "--network", "none", "--label", f"{BENCH_LABEL}=1",
+                      IMAGE, "python3", "-c", PRINT1]
+        self.docker_run_cmd = " ".join(shlex.quote(a) for a in docker_run)
+        t_run = self.row("docker_run", "1", "`docker run --rm --network none IMAGE python3 -c 'print(1)'` (subprocess, end to end)")
+        t_plain = self.row("throw_plain", "1", "throwaway `execute_code` print(1), no pool")
+        t_pool = self.row("throw_pool", "1", "throwaway `execute_code` print(1), `--pool-size 2`")
+        i_plain = self.row("init_plain", "3", "`initialize_sandbox`, no pool")
+        i_pool = self.row("init_pool", "3", "`initialize_sandbox`, `--pool-size 2`")
+        if pooled is None:
+            t_pool.na = i_pool.na = "server has no `--pool-size` flag (not in `cubicle --help`)"
+
+        # warm-up: image cache, first container, connection setup
+        await plain.call("execute_code", {"code": PRINT1})
+        await run_cmd(docker_run)
+        if pooled:
+            await pooled.call("execute_code", {"code": PRINT1})
+            await asyncio.sleep(self.args.pool_settle)
+
+        self.log(f"section 1: throwaway execute_code vs docker run, {self.rounds} rounds")
+        for i in range(self.rounds):
+            ms, rc, out, err = await timed_cmd(docker_run)
+            if rc == 0 and out.strip() == "1":
+                t_run.samples.append(ms)
+            else:
+                self.problems.append(f"docker run baseline failed rc={rc}: {short(err)}")
+            r = await plain.call("execute_code", {"code": PRINT1})
+            if ok_print1(r):
+                t_plain.samples.append(r.elapsed_ms)
+            else:
+                self.problems.append(f"throwaway (no pool) failed: {short(r.error or r.sc)}")
+            if pooled:
+                await asyncio.sleep(self.args.pool_settle)  # let the pool refill: we measure the warm path
+                r = await pooled.call("execute_code", {"code": PRINT1})
+                if ok_print1(r):
+                    t_pool.samples.append(r.elapsed_ms)
+                else:
+                    self.problems.append(f"throwaway (pool) failed: {short(r.error or r.sc)}")
+
+        self.log(f"section 3: initialize_sandbox with / without pool, {self.rounds} rounds")
+        for i in range(self.rounds):
+            r = await plain.call("initialize_sandbox", {})
+            if r.error:
+                self.problems.append(f"initialize_sandbox (no pool): {r.error}")
+            else:
+                if not plain.instances:
+                    await plain.learn_instance(r.sc.get("container_id", ""))
+                if await self.usable(plain, r, "no pool"):
+                    i_plain.samples.append(r.elapsed_ms)
+                await self.stop(plain, r.sc["sandbox_id"])
+            if pooled:
+                await asyncio.sleep(self.args.pool_settle)
+                r = await pooled.call("initialize_sandbox", {})
+                if r.error:
+                    self.problems.append(f"initialize_sandbox (pool): {r.error}")
+                else:
+                    if not pooled.instances:
+                        await pooled.learn_instance(r.sc.get("container_id", ""))
+                    if await self.usable(pooled, r, "pool"):
+                        i_pool.samples.append(r.elapsed_ms)
+                    await self.stop(pooled, r.sc["sandbox_id"])
+
+    async def usable(self, s: Server, init: Reply, what: str) -> bool:
+        """Untimed check that a sandbox handed out by initialize_sandbox really runs code."""
+        r = await s.call("execute_code", {"code": PRINT1, "sandbox_id": init.sc["sandbox_id"]})
+        if not ok_print1(r):
+            self.problems.append(f"sandbox from initialize_sandbox ({what}) could not run print(1): {short(r.error or r.sc)}")
+            return False
+        return True
+
+    # -- 2: live sandbox ----------------------------------------------------------
+
+    async def section_live(self, s: Server) -> None:
+        sid = await self.new_sandbox(s)
+        await self.detect_modes(s, sid)
+        # detection polluted the namespace; benchmark in a clean sandbox
+        await self.stop(s, sid)
+        sid = await self.new_sandbox(s)
+        st = await s.call("get_sandbox_status", {"sandbox_id": sid})
+        cid = st.sc.get("sandboxes", [{}])[0].get("container_id")
+
+        d_exec = self.row("docker_exec", "2", "`docker exec CONTAINER python3 -c 'print(1)'` on the sandbox's container")
+        floor = self.row("floor", "2", "floor: agent-reported `duration_ms` of a fresh-process print(1)")
+        live_state = self.row("live_stateful", "2", "live sandbox `execute_code` print(1), stateful default")
+        live_fresh = self.row("live_fresh", "2", "live sandbox `execute_code` print(1), fresh process")
+
+        if not self.stateful:
+            live_state.na = self.stateful_na
+        if self.fresh_supported:
+            live_fresh.note = "`fresh: true`"
+            fresh_args: dict | None = {"code": PRINT1, "sandbox_id": sid, "fresh": True}
+        elif not self.stateful:
+            live_fresh.note = "default run: `fresh` unsupported, default is a fresh process"
+            fresh_args = {"code": PRINT1, "sandbox_id": sid}
+        else:
+            live_fresh.na = self.fresh_na
+            floor.note = "from throwaway runs: no fresh mode in live sandboxes"
+            fresh_args = None
+        state_args = {"code": PRINT1, "sandbox_id": sid} if self.stateful else None
+        exec_cmd = ["docker", "exec", cid, "python3", "-c", PRINT1] if cid else None
+        if not cid:
+            d_exec.na = "get_sandbox_status gave no container_id"
+
+        # warm-up
+        for _ in range(2):
+            if state_args:
+                await s.call("execute_code", state_args)
+            if fresh_args:
+                await s.call("execute_code", fresh_args)
+            if exec_cmd:
+                await run_cmd(exec_cmd)
+
+        self.log(f"section 2: live sandbox execute_code vs docker exec, {self.rounds} rounds")
+        for i in range(self.rounds):
+            if exec_cmd:
+                ms, rc, out, err = await timed_cmd(exec_cmd)
+                if rc == 0 and out.strip() == "1":
+                    d_exec.samples.append(ms)
+                else:
+                    self.problems.append(f"docker exec baseline failed rc={rc}: {short(err)}")
+            if fresh_args:
+                r = await s.call("execute_code", fresh_args)
+                if ok_print1(r):
+                    live_fresh.samples.append(r.elapsed_ms)
+                    floor.samples.append(float(r.sc.get("duration_ms", 0.0)))
+                else:
+                    self.problems.append(f"live fresh exec failed: {short(r.error or r.sc)}")
+            if state_args:
+                r = await s.call("execute_code", state_args)
+                if ok_print1(r):
+                    live_state.samples.append(r.elapsed_ms)
+                else:
+                    self.problems.append(f"live stateful exec failed: {short(r.error or r.sc)}")
+        if fresh_args is None:
+            # stateful server without `fresh`: a throwaway run is still a fresh process
+            for i in range(self.rounds):
+                r = await s.call("execute_code", {"code": PRINT1})
+                if ok_print1(r):
+                    floor.samples.append(float(r.sc.get("duration_ms", 0.0)))
+        self.live_sid = sid
+
+    # -- 4: output delay --------------------------------------------------------------
+
+    async def section_delay(self, s: Server) -> None:
+        row = self.row("delay", "4", "output delay: write in container → progress notification at client")
+        code = ("import time\n"
+                "for _ in range(20):\n"
+                "    print(repr(time.time()), flush=True)\n"
+                "    time.sleep(0.05)\n")
+        runs = 1 if self.args.quick else max(1, self.rounds // 5)
+        sid = getattr(self, "live_sid", None) or await self.new_sandbox(s)
+        self.log(f"section 4: output delay, {runs} run(s) x 20 lines")
+        for _ in range(runs):
+            arrivals: list[tuple[float, str]] = []
+            r = await s.call("execute_code", {"code": code, "sandbox_id": sid, "timeout_s": 30},
+                             on_progress=lambda _t, wall, p: arrivals.append((wall, p.get("message", ""))))
+            if r.error:
+                self.problems.append(f"delay run failed: {r.error}")
+                continue
+            got = 0
+            for wall, message in arrivals:
+                for line in message.splitlines():
+                    try:
+                        ts = float(line.strip())
+                    except ValueError:
+                        continue
+                    row.samples.append((wall - ts) * 1000.0)
+                    got += 1
+            if got != 20:
+                self.problems.append(f"delay run: {got}/20 timestamps arrived as progress notifications")
+        if not row.samples:
+            row.na = "no output arrived as progress notifications"
+
+    # -- 5: concurrency ---------------------------------------------------------------
+
+    async def section_concurrency(self, s: Server) -> None:
+        clients, per = 8, 50
+        row = self.row("conc", "5", f"{clients} concurrent streams × {per} `execute_code` print(1), own sandbox each, one server")
+        sids = await asyncio.gather(*(self.new_sandbox(s) for _ in range(clients)))
+        for sid in sids:  # warm-up
+            await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid})
+        lat: list[float] = []
+        errors: list[str] = []
+
+        async def stream(sid: str) -> None:
+            for _ in range(per):
+                try:
+                    r = await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid}, timeout=60)
+                except Exception as e:  # timeout, server gone
+                    errors.append(repr(e))
+                    continue
+                if ok_print1(r):
+                    lat.append(r.elapsed_ms)
+                else:
+                    errors.append(short(r.error or r.sc))
+
+        self.log(f"section 5: {clients} x {per} concurrent executions")
+        t0 = time.perf_counter()
+        await asyncio.gather(*(stream(sid) for sid in sids))
+        wall = time.perf_counter() - t0
+        total = clients * per
+        tput = total / wall
+        row.samples = lat
+        p99 = pct(lat, 99) if lat else float("nan")
+        med = median(lat) if lat else float("nan")
+        row.value = f"{tput:.1f} exec/s"
+        row.ratios = [f"latency median {med:.1f} ms, p99 {p99:.1f} ms", f"errors {len(errors)}/{total}",
+                      f"wall {wall:.2f} s"]
+        row.target = "≥300 exec/s, 0 errors"
+        row.checks = [tput >= 300, len(errors) == 0]
+        if errors:
+            self.problems.append(f"concurrency: {len(errors)} errors, first: {errors[0]}")
+        for sid in sids:
+            await self.stop(s, sid)
+
+    # -- 6: memory with 100 sandboxes ------------------------------------------------------
+
+    async def section_memory(self, s: Server) -> None:
+        n, parallel = 100, self.args.create_parallel
+        idle = self.row("rss_idle", "6", "server VmRSS, no sandboxes (baseline)")
+        row = self.row("rss_100", "6", f"server VmRSS with {n} live sandboxes")
+        await asyncio.sleep(0.5)
+        idle_kib = s.rss_kib()
+        idle.value = f"{idle_kib / 1024:.1f} MiB"
+        sem = asyncio.Semaphore(parallel)
+        sids: list[str] = []
+        errors: list[str] = []
+
+        async def create() -> None:
+            async with sem:
+                try:
+                    sids.append(await self.new_sandbox(s))
+                except Exception as e:
+                    errors.append(short(e))
+
+        self.log(f"section 6: creating {n} sandboxes, {parallel} at a time")
+        t0 = time.perf_counter()
+        try:
+            await asyncio.gather(*(create() for _ in range(n)))
+            created_s = time.perf_counter() - t0
+            await asyncio.sleep(1.0)
+            st = await s.call("get_sandbox_status", {})
+            live = sum(1 for b in st.sc.get("sandboxes", []) if b.get("state") == "running")
+            kib = s.rss_kib()
+            row.value = f"{kib / 1024:.1f} MiB"
+            row.ratios = [f"{kib / idle_kib:.2f}× idle", f"+{(kib - idle_kib) / max(1, len(sids)):.0f} KiB/sandbox",
+                          f"{live} running, {len(errors)} create errors, created in {created_s:.1f} s"]
+            row.target = "≤30 MB (MiB)"
+            row.checks = [kib / 1024 <= 30, len(sids) == n]
+            if errors:
+                self.problems.append(f"100 sandboxes: {len(errors)} create errors, first: {errors[0]}")
+        finally:
+            self.log(f"section 6: stopping {len(sids)} sandboxes")
+            stop_sem = asyncio.Semaphore(8)
+
+            async def stop(sid: str) -> None:
+                async with stop_sem:
+                    await self.stop(s, sid)
+
+            await asyncio.gather(*(stop(sid) for sid in list(sids)))
+
+    # -- targets ---------------------------------------------------------------------
+
+    def apply_targets(self) -> None:
+        R = self.results
+        run_m = R["docker_run"].med
+        exec_m = R["docker_exec"].med if "docker_exec" in R else None
+        floor_m = R["floor"].med if "floor" in R else None
+
+        for key in ("throw_plain", "throw_pool"):
+            r = R.get(key)
+            if not r or r.na or r.med is None:
+                if r:
+                    r.target = "≥20× faster than docker run; ≤1.5× floor"
+                continue
+            r.target = "≥20× faster than docker run; ≤1.5× floor"
+            if run_m:
+                sp = run_m / r.med
+                r.ratios.append(f"docker run / this = {sp:.2f}×")
+                r.checks.append(sp >= 20)
+            if floor_m:
+                fr = r.med / floor_m
+                r.ratios.append(f"this / floor = {fr:.2f}×")
+                r.checks.append(fr <= 1.5)
+        r = R.get("live_fresh")
+        if r:
+            r.target = "≥3× faster than docker exec; ≤ floor + 3 ms"
+            if not r.na and r.med is not None:
+                if exec_m:
+                    sp = exec_m / r.med
+                    r.ratios.append(f"docker exec / this = {sp:.2f}×")
+                    r.checks.append(sp >= 3)
+                if floor_m is not None:
+                    r.ratios.append(f"this − floor = {r.med - floor_m:+.2f} ms ({r.med / floor_m:.2f}× floor)")
+                    r.checks.append(r.med <= floor_m + 3)
+        r = R.get("live_stateful")
+        if r:
+            r.target = "median ≤2 ms"
+            if not r.na and r.med is not None:
+                if exec_m:
+                    r.ratios.append(f"docker exec / this = {exec_m / r.med:.1f}×")
+                if floor_m:
+                    r.ratios.append(f"this / floor = {r.med / floor_m:.2f}×")
+                r.checks.append(r.med <= 2)
+        r = R.get("floor")
+        if r and exec_m and r.med:
+            r.ratios.append(f"docker exec / floor = {exec_m / r.med:.1f}×")
+        r = R.get("docker_exec")
+        if r and run_m and r.med:
+            r.ratios.append(f"docker run / docker exec = {run_m / r.med:.1f}×")
+        r, base = R.get("init_pool"), R.get("init_plain")
+        if r:
+            r.target = "≤10 ms"
+            if not r.na and r.med is not None:
+                if base and base.med:
+                    r.ratios.append(f"no pool / pool = {base.med / r.med:.1f}×")
+                r.checks.append(r.med <= 10)
+        r = R.get("delay")
+        if r:
+            r.target = "≤5 ms"
+            if not r.na and r.med is not None:
+                r.checks.append(r.med <= 5)
+
+    # -- cleanup checks ------------------------------------------------------------------
+
+    async def leak_check(self) -> list[str]:
+        msgs = []
+        instances = set().union(*(s.instances for s in self.servers)) if self.servers else set()
+        for inst in sorted(instances):
+            rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label=io.cubicle.instance={inst}"])
+            left = out.split()
+            if left:
+                msgs.append(f"{len(left)} container(s) of cubicle instance {inst} were left behind; removing them")
+                await run_cmd(["docker", "rm", "-f", *left])
+        rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}"])
+        if out.split():
+            msgs.append(f"{len(out.split())} baseline container(s) were left behind; removing them")
+            await run_cmd(["docker", "rm", "-f", *out.split()])
+        rc, out, _ = await run_cmd(["docker", "ps", "-a", "--filter", "label=io.cubicle.managed",
+                                    "--format", '{{.ID}} {{.Label "io.cubicle.instance"}}'])
+        left = [line.split() for line in out.splitlines() if line.strip()]
+        ours = [c for c in left if len(c) > 1 and c[1] in instances]
+        others = len(left) - len(ours)
+        msgs.append(f"io.cubicle.managed containers left by this run's servers (instances {', '.join(sorted(instances)) or '?'}): "
+                    f"{len(ours)}" + (f"; {others} other io.cubicle.managed container(s) exist, of other cubicle instances "
+                                     f"(other users of this Docker daemon), left alone" if others else ""))
+        return msgs
+
+    # -- main ------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        a = self.args
+        self.detect_pool()
+        max_sb = ["--max-sandboxes", "200"]
+        # the pool may be on by default: "no pool" servers say --pool-size 0 explicitly
+        no_pool = [*max_sb, "--pool-size", "0"] if self.pool_supported else max_sb
+        binary_before = binary_fingerprint(self.binary)
+        plain = pooled = None
+        sections_failed: list[str] = []
+
+        async def guarded(name: str, coro) -> None:
+            try:
+                await coro
+            except Exception as e:
+                sections_failed.append(f"section {name}: {type(e).__name__}: {short(e, 200)}")
+                self.log(f"section {name} failed: {e!r}")
+
+        try:
+            plain = await self.server("plain", no_pool)
+            if self.pool_supported:
+                pooled = await self.server("pool", [*max_sb, "--pool-size", "2"])
+            await guarded("1+3", self.section_throwaway_and_init(plain, pooled))
+            if pooled:
+                await pooled.close()
+            await guarded("2", self.section_live(plain))
+            await guarded("4", self.section_delay(plain))
+            await guarded("5", self.section_concurrency(plain))
+            await plain.close()
+            mem = await self.server("memory", no_pool)
+            await guarded("6", self.section_memory(mem))
+            await mem.close()
+        finally:
+            for s in self.servers:
+                await s.close()
+            cleanup = await self.leak_check()
+
+        self.apply_targets()
+        order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
+                 "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100"]
+        rows = [self.results[k] for k in order if k in self.results]
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        print("# cubicle benchmark\n")
+        print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`")
+        print(f"- git commit: `{commit}`" + (" (tracked files modified)" if dirty else ""))
+        print(f"- server: `{' '.join(shlex.quote(x) for x in (plain.shown_argv if plain else []))}`"
+              + (f" (pool rows: `--pool-size 2` instead of 0)" if self.pool_supported else ""))
+        binary_after = binary_fingerprint(REPO / "build" / "cubicle")
+        if self.args.no_snapshot:
+            print(f"- binary: {binary_before}" + ("" if binary_after == binary_before else
+                  f" — WARNING: it was replaced during the run (now {binary_after}); results mix builds"))
+        else:
+            print(f"- binary: {binary_before} (copied at start; every server ran this copy)"
+                  + ("" if binary_after == binary_before else f"; build/cubicle has since been rebuilt ({binary_after})"))
+        print(f"- baseline: `{getattr(self, 'docker_run_cmd', '')}`")
+        print(f"- rounds: {self.rounds} (section 5 fixed at 8×50, section 6 fixed at 100 sandboxes); "
+              f"host: {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        print(f"- detected: pool flag {'yes' if self.pool_supported else 'no'}; stateful default "
+              f"{'yes' if self.stateful else 'no' if self.stateful is not None else '?'}; "
+              f"`fresh` {'yes' if self.fresh_supported else 'no' if self.fresh_supported is not None else '?'}")
+        print("- times in ms, measured at the client from writing the request to reading the response line\n")
+        print(render(rows))
+        print()
+        for m in sections_failed:
+            print(f"- FAILED {m}")
+        if self.problems:
+            print(f"- {len(self.problems)} problem(s) during the run (failed samples are left out of the stats):")
+            seen = set()
+            for p in self.problems:
+                if p not in seen:
+                    seen.add(p)
+                    print(f"  - {p}")
+                if len(seen) >= 10:
+                    break
+        for m in cleanup:
+            print(f"- cleanup: {m}")
+        if sections_failed or self.problems:
+            print(f"- server logs: {self.log_dir}")
+        else:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        return 1 if sections_failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="few rounds, for a smoke test (<2 min)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds for sections 1-4 (default 20, --quick 3)")
+    p.add_argument("--pool-settle", type=float, default=1.0,
+                   help="seconds to let the warm pool refill before each pooled call (default 1.0)")
+    p.add_argument("--no-snapshot", action="store_true",
+                   help="run build/cubicle in place instead of a copy taken at start")
+    p.add_argument("--create-parallel", type=int, default=4, help="sandboxes created at once in section 6 (default 4)")
+    args = p.parse_args()
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 20
+    if args.rounds < 1:
+        p.error("--rounds must be ≥ 1")
+    if not (REPO / "build" / "cubicle").exists():
+        p.error(f"{REPO / 'build' / 'cubicle'} not found; build it first (meson setup build && ninja -C build)")
+    return asyncio.run(Bench(args).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
