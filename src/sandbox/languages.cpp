@@ -55,8 +55,8 @@ agent::RunRequest program_for(std::string_view language, std::string code) {
 namespace {
 
 // Runs cells in one namespace. User code gets /dev/null as stdin (the cell
-// stream stays private), a final bare expression is echoed like a REPL, and
-// tracebacks start at the user's code.
+// stream stays private), a final bare expression is echoed like a REPL,
+// tracebacks start at the user's code, and processes a cell forks end with it.
 constexpr std::string_view python_driver = R"PY(
 import ast, os, struct, sys, traceback
 def _cubicle():
@@ -65,6 +65,7 @@ def _cubicle():
     sys.stdin = open(os.devnull)
     control = os.fdopen(3, 'wb', buffering=0)
     namespace = {'__name__': '__main__', '__builtins__': __builtins__}
+    interpreter = os.getpid()
     def read(n):
         data = b''
         while len(data) < n:
@@ -95,6 +96,8 @@ def _cubicle():
         for stream in (sys.stdout, sys.stderr):
             try: stream.flush()
             except Exception: pass
+        if os.getpid() != interpreter:
+            os._exit(status)  # a child the cell forked must not read the next cells
         control.write(b'%d\n' % status)
 _cubicle()
 )PY";

@@ -62,6 +62,9 @@ asio::awaitable<void> Pool::launch_one() {
         co_await remove_(std::move(box));
         co_return;
     }
+    // Python is the default language: its interpreter is already running when
+    // the sandbox is handed out, so a first cell costs only its own work.
+    box->prewarm("python");
     ready_.push_back(std::move(box));
     refill();
 }

@@ -265,6 +265,23 @@ void Sandbox::dispatch(agent::Frame frame) {
     }
 }
 
+void Sandbox::start_interpreter(const std::string& language, Interpreter& interpreter) {
+    if (interpreter.exec_id || !alive_) return;
+    auto request = interpreter_for(language);
+    for (const auto& [key, value] : spec_.env) request.env.push_back(key + "=" + value);
+    auto process = std::make_shared<Pending>(executor_);
+    process->interpreter = language;
+    interpreter.exec_id = next_exec_id_++;
+    pending_[interpreter.exec_id] = process;
+    stream_->send(agent::encode_run(interpreter.exec_id, request, agent::FrameType::open));
+}
+
+void Sandbox::prewarm(const std::string& language) {
+    auto& slot = interpreters_[language];
+    if (!slot) slot = std::make_shared<Interpreter>();
+    start_interpreter(language, *slot);
+}
+
 asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
                                               std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
@@ -284,15 +301,7 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
         ~Turn() { interpreter.release(); }
     } turn{*interpreter};
 
-    if (!interpreter->exec_id) {
-        auto request = interpreter_for(language);
-        for (const auto& [key, value] : spec_.env) request.env.push_back(key + "=" + value);
-        auto process = std::make_shared<Pending>(executor_);
-        process->interpreter = language;
-        interpreter->exec_id = next_exec_id_++;
-        pending_[interpreter->exec_id] = process;
-        stream_->send(agent::encode_run(interpreter->exec_id, request, agent::FrameType::open));
-    }
+    start_interpreter(language, *interpreter);
     std::uint32_t exec_id = interpreter->exec_id;
     auto cell = std::make_shared<Pending>(executor_);
     cell->sink = std::move(sink);

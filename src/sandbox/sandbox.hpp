@@ -66,6 +66,9 @@ public:
     asio::awaitable<ExecResult> run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
                                          std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel);
 
+    // Starts the interpreter for `language` ahead of its first cell.
+    void prewarm(const std::string& language);
+
     bool stateful() const { return stateful_; }
     void set_stateful(bool stateful) { stateful_ = stateful; }
 
@@ -78,6 +81,7 @@ private:
     asio::awaitable<void> read_loop();
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
+    void start_interpreter(const std::string& language, Interpreter& interpreter);
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;

@@ -143,7 +143,10 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     try {
         if (!context->cancelled()) {
             auto progress = std::make_shared<ProgressStream>(context);
-            if (!throwaway && !fresh && box->stateful() && sandbox::has_interpreter(*language)) {
+            // A throwaway sandbox lives for one program, so its (possibly pre-started)
+            // interpreter is as fresh as a new process.
+            bool use_interpreter = throwaway || (!fresh && box->stateful());
+            if (use_interpreter && sandbox::has_interpreter(*language)) {
                 result = co_await box->run_cell(std::string(*language), std::move(code), timeout, env.config.max_output_bytes,
                                                 progress->sink(progress), context->cancellation());
             } else {

@@ -527,6 +527,7 @@ class Bench:
                 "    print(repr(time.time()), flush=True)\n"
                 "    time.sleep(0.05)\n")
         runs = 1 if self.args.quick else max(1, self.rounds // 5)
+        row.note = "default mode: " + ("stateful" if self.stateful else "fresh process")
         sid = getattr(self, "live_sid", None) or await self.new_sandbox(s)
         self.log(f"section 4: output delay, {runs} run(s) x 20 lines")
         for _ in range(runs):
@@ -555,6 +556,7 @@ class Bench:
     async def section_concurrency(self, s: Server) -> None:
         clients, per = 8, 50
         row = self.row("conc", "5", f"{clients} concurrent streams × {per} `execute_code` print(1), own sandbox each, one server")
+        row.note = "default mode: " + ("stateful" if self.stateful else "fresh process")
         sids = await asyncio.gather(*(self.new_sandbox(s) for _ in range(clients)))
         for sid in sids:  # warm-up
             await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -14,8 +15,6 @@ from conftest import (
     async_wait_until,
     container_exists,
     docker,
-    docker_ids,
-    instance_of,
     result_text,
     start_server,
 )
@@ -202,13 +201,33 @@ async def test_execute_in_persistent_sandbox_keeps_state(srv, sandbox):
     assert sc["stdout"] == "hello\n"
 
 
-async def test_throwaway_container_removed_before_return(srv, sandbox):
-    inst = await asyncio.to_thread(instance_of, sandbox["container_id"])
-    before = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
-    sc = await srv.ok("execute_code", {"code": "print('x')"})
-    assert sc["stdout"] == "x\n"
-    after = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
-    assert after == before, f"throwaway container(s) still present after the call returned: {after - before}"
+WHOAMI = (
+    "import re, socket\n"
+    "ids = re.findall(r'[0-9a-f]{64}', open('/proc/self/cgroup').read())\n"
+    "print('CID=' + (ids[0] if ids else socket.gethostname()), flush=True)\n"
+)
+
+
+def _container_of(stdout: str) -> str:
+    m = re.search(r"CID=(\S+)", stdout)
+    assert m, f"program did not report its container: {stdout!r}"
+    return m.group(1)
+
+
+async def test_throwaway_container_removed_before_return(srv):
+    events: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if message and "CID=" in message:
+            cid = _container_of(message)
+            events.append(cid if await asyncio.to_thread(container_exists, cid) else "NOT-A-CONTAINER:" + cid)
+
+    sc = await srv.ok("execute_code", {"code": WHOAMI + "import time; time.sleep(0.5)"}, progress=on_progress)
+    cid = _container_of(sc["stdout"])
+    assert events and events[0] == cid, f"could not identify the throwaway container while it ran: {events}"
+    assert not await asyncio.to_thread(container_exists, cid), (
+        f"throwaway container {cid[:12]} still exists after the call returned"
+    )
 
 
 async def test_output_truncated(srv):
@@ -373,6 +392,9 @@ async def test_cancel_running_execute_code_kills_process(srv):
             return "python" in top
 
         assert await async_wait_until(python_running, timeout=15), "the sleep never started in the sandbox"
+        await asyncio.sleep(1.0)
+        assert not task.done(), f"execute_code returned before it could be cancelled: {task.result()!r}"
+        assert python_running(), "the python process died on its own before the cancellation"
         task.cancel()  # the SDK sends notifications/cancelled for the in-flight request
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -391,21 +413,31 @@ async def test_cancel_running_execute_code_kills_process(srv):
         await srv.call("stop_sandbox", {"sandbox_id": sid}, timeout=30)
 
 
-async def test_cancel_throwaway_removes_container(srv, sandbox):
-    inst = await asyncio.to_thread(instance_of, sandbox["container_id"])
-    before = set(await asyncio.to_thread(docker_ids, f"io.cubicle.instance={inst}"))
-    task = asyncio.ensure_future(srv.call("execute_code", {"code": "import time\ntime.sleep(60)", "timeout_s": 120}))
+async def test_cancel_throwaway_removes_container(srv):
+    seen: list[str] = []
 
-    def extra() -> set[str]:
-        return set(docker_ids(f"io.cubicle.instance={inst}")) - before
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if message and "CID=" in message:
+            seen.append(_container_of(message))
 
-    assert await async_wait_until(lambda: bool(extra()), timeout=15), "throwaway container never appeared"
-    await asyncio.sleep(1.0)
+    task = asyncio.ensure_future(
+        srv.call("execute_code", {"code": WHOAMI + "import time; time.sleep(60)", "timeout_s": 120},
+                 progress=on_progress)
+    )
+    for _ in range(150):
+        if seen or task.done():
+            break
+        await asyncio.sleep(0.1)
+    assert not task.done(), f"execute_code returned before it could be cancelled: {task.result()!r}"
+    assert seen, "the throwaway program never reported its container (no progress streamed)"
+    cid = seen[0]
+    assert await asyncio.to_thread(container_exists, cid), f"reported container {cid} not found by docker"
+    await asyncio.sleep(0.5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await async_wait_until(lambda: not extra(), timeout=8), (
-        f"throwaway container(s) not removed after cancellation: {await asyncio.to_thread(extra)}"
+    assert await async_wait_until(lambda: not container_exists(cid), timeout=8), (
+        f"throwaway container {cid[:12]} not removed within 8 s of cancellation"
     )
     await srv.session.send_ping()
 

@@ -207,14 +207,27 @@ def test_externally_removed_container_reported(raw_server):
 
 
 def _two_sandboxes(s) -> tuple[str, list[str]]:
+    """Initialize and create two sandboxes; returns (instance label, their container ids).
+
+    The server may keep other containers of its own (e.g. a warm pool); only the
+    sandboxes' containers are returned, but every container of the instance
+    must be gone after shutdown."""
     s.initialize()
     a = s.ok("initialize_sandbox", {})
     b = s.ok("initialize_sandbox", {})
     inst = instance_of(a["container_id"])
     assert instance_of(b["container_id"]) == inst
-    ids = docker_ids(f"io.cubicle.instance={inst}")
-    assert len(ids) == 2, ids
+    ids = [docker("inspect", "-f", "{{.Id}}", x["container_id"]).stdout.strip() for x in (a, b)]
+    assert set(ids) <= set(docker_ids(f"io.cubicle.instance={inst}"))
     return inst, ids
+
+
+def _instance_runs_python(inst: str) -> bool:
+    for cid in docker_ids(f"io.cubicle.instance={inst}"):
+        top = docker("top", cid, "-eo", "pid,comm,args", check=False).stdout
+        if "python" in top:
+            return True
+    return False
 
 
 def test_stdin_eof_removes_containers(raw_server):
@@ -223,7 +236,7 @@ def test_stdin_eof_removes_containers(raw_server):
     # also an in-flight throwaway execution
     s.send({"jsonrpc": "2.0", "id": 999, "method": "tools/call",
             "params": {"name": "execute_code", "arguments": {"code": "import time; time.sleep(60)", "timeout_s": 120}}})
-    assert wait_until(lambda: len(docker_ids(f"io.cubicle.instance={inst}")) == 3, 15), "throwaway never started"
+    assert wait_until(lambda: _instance_runs_python(inst), 15), "the throwaway execution never started"
     s.close_stdin()
     rc = s.wait(20)
     assert rc == 0, f"exit status after stdin EOF: {rc}\n{s.stderr_tail()}"
@@ -251,8 +264,8 @@ def test_sigkill_orphans_removed_by_next_server(raw_server):
         s.proc.kill()
         s.wait(10)
         time.sleep(0.5)
-        assert sorted(docker_ids(f"io.cubicle.instance={inst}")) == sorted(ids), \
-            "containers vanished right after SIGKILL (test precondition)"
+        assert set(ids) <= set(docker_ids(f"io.cubicle.instance={inst}")), \
+            "sandbox containers vanished right after SIGKILL (test precondition)"
         t0 = time.monotonic()
         s2 = raw_server()
         s2.initialize()
@@ -275,7 +288,7 @@ def test_new_server_leaves_live_instance_alone(raw_server):
     b.initialize()
     sb = b.ok("initialize_sandbox", {})
     time.sleep(4)
-    assert sorted(docker_ids(f"io.cubicle.instance={inst}")) == sorted(ids), \
+    assert set(ids) <= set(docker_ids(f"io.cubicle.instance={inst}")), \
         "a new server removed containers of a live instance"
     assert instance_of(sb["container_id"]) != inst, "two servers share an instance label"
     res = a.ok("run_command", {"sandbox_id": a.ok("get_sandbox_status", {})["sandboxes"][0]["sandbox_id"],

@@ -146,6 +146,7 @@ const char* const env_vars[] = {
     "CUBICLE_DEFAULT_IMAGE", "DOCKER_HOST",          "CUBICLE_MEMORY_MB",        "CUBICLE_CPUS",
     "CUBICLE_TIMEOUT_S",     "CUBICLE_MAX_TIMEOUT_S", "CUBICLE_MAX_SANDBOXES",    "CUBICLE_PIDS_LIMIT",
     "CUBICLE_TMP_SIZE_MB",   "CUBICLE_ALLOW_NETWORK", "CUBICLE_MAX_OUTPUT_BYTES", "CUBICLE_LOG_LEVEL",
+    "CUBICLE_POOL_SIZE",     "CUBICLE_POOL_REFILL",  "CUBICLE_POOL_IDLE_S",
 };
 
 class ParseArgsTest : public ::testing::Test {
@@ -200,6 +201,9 @@ TEST_F(ParseArgsTest, Defaults) {
     EXPECT_EQ(parsed.config.tmp_size_mb, 256);
     EXPECT_EQ(parsed.config.max_output_bytes, 1u << 20);
     EXPECT_FALSE(parsed.config.allow_network);
+    EXPECT_EQ(parsed.config.pool_size, defaults.pool_size);
+    EXPECT_EQ(parsed.config.pool_refill, defaults.pool_refill);
+    EXPECT_EQ(parsed.config.pool_idle_s, defaults.pool_idle_s);
     EXPECT_EQ(parsed.config.log_level, "info");
 }
 
@@ -301,6 +305,19 @@ TEST_F(ParseArgsTest, BadNumbers) {
     }
 }
 
+TEST_F(ParseArgsTest, PoolOptions) {
+    auto c = parse({"--pool-size", "0", "--pool-refill=4", "--pool-idle-s", "60"}).config;
+    EXPECT_EQ(c.pool_size, 0);  // zero turns the pool off
+    EXPECT_EQ(c.pool_refill, 4);
+    EXPECT_EQ(c.pool_idle_s, 60);
+    ::setenv("CUBICLE_POOL_SIZE", "5", 1);
+    EXPECT_EQ(parse({}).config.pool_size, 5);
+    EXPECT_EQ(parse({"--pool-size=1"}).config.pool_size, 1);
+    EXPECT_NE(error_of({"--pool-size", "-1"}).find("--pool-size"), std::string::npos);
+    EXPECT_NE(error_of({"--pool-refill", "0"}).find("--pool-refill"), std::string::npos);
+    EXPECT_NE(error_of({"--pool-idle-s", "0"}).find("--pool-idle-s"), std::string::npos);
+}
+
 TEST_F(ParseArgsTest, BadLogLevel) {
     EXPECT_NE(error_of({"--log-level", "verbose"}).find("--log-level"), std::string::npos);
 }
@@ -340,6 +357,7 @@ TEST(Usage, MentionsEveryFlagAndVariable) {
     std::string text = usage();
     for (const char* flag : {"--default-image", "--docker-host", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
                              "--max-sandboxes", "--pids-limit", "--tmp-size-mb", "--max-output-bytes", "--allow-network",
+                             "--pool-size", "--pool-refill", "--pool-idle-s",
                              "--log-level", "--help", "--version", "-h", "-V"}) {
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
     }

@@ -219,6 +219,19 @@ TEST(AgentEncodeRun, PayloadLayout) {
     EXPECT_EQ(frame.substr(9), expected_payload);
 }
 
+TEST(AgentEncodeRun, OpenFrameHasTheSamePayload) {
+    agent::RunRequest r;
+    r.cwd = "/workspace";
+    r.argv = {"python3", "-u", "-c", "driver"};
+    r.env = {"K=V"};
+    std::string run = agent::encode_run(3, r);
+    std::string open = agent::encode_run(3, r, agent::FrameType::open);
+    EXPECT_EQ(static_cast<unsigned char>(run[4]), 0x01);
+    EXPECT_EQ(static_cast<unsigned char>(open[4]), 0x05);
+    EXPECT_EQ(run.substr(0, 4), open.substr(0, 4));
+    EXPECT_EQ(run.substr(5), open.substr(5));
+}
+
 TEST(AgentEncodeRun, EmptyEnvAndStdin) {
     agent::RunRequest r;
     r.cwd = "/";
