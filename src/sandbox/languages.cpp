@@ -74,14 +74,15 @@ def _cubicle():
             data += chunk
         return data
     while True:
-        header = read(4)
+        header = read(5)
         if header is None: return
-        code = read(struct.unpack('>I', header)[0]).decode('utf-8', 'replace')
+        size, flags = struct.unpack('>IB', header)
+        code = read(size).decode('utf-8', 'replace')
         status = 0
         try:
             tree = ast.parse(code, '<cell>', 'exec')
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
+            if flags & 1 and tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
             exec(compile(tree, '<cell>', 'exec'), namespace)
             if last is not None:
@@ -106,12 +107,12 @@ constexpr std::string_view node_driver = R"JS(
 const vm = require('vm'), fs = require('fs'), util = require('util');
 globalThis.require = require;
 let pending = Buffer.alloc(0), queue = Promise.resolve();
-async function run(code) {
+async function run(code, echo) {
   let status = 0;
   try {
     let value = vm.runInThisContext(code, { filename: '<cell>' });
     if (value && typeof value.then === 'function') value = await value;
-    if (value !== undefined) console.log(util.inspect(value));
+    if (echo && value !== undefined) console.log(util.inspect(value));
   } catch (e) {
     console.error(e && e.stack ? e.stack : String(e));
     status = 1;
@@ -120,10 +121,11 @@ async function run(code) {
 }
 process.stdin.on('data', (chunk) => {
   pending = Buffer.concat([pending, chunk]);
-  while (pending.length >= 4 && pending.length >= 4 + pending.readUInt32BE(0)) {
-    const code = pending.subarray(4, 4 + pending.readUInt32BE(0)).toString('utf8');
-    pending = pending.subarray(4 + pending.readUInt32BE(0));
-    queue = queue.then(() => run(code));
+  while (pending.length >= 5 && pending.length >= 5 + pending.readUInt32BE(0)) {
+    const size = pending.readUInt32BE(0), echo = (pending[4] & 1) === 1;
+    const code = pending.subarray(5, 5 + size).toString('utf8');
+    pending = pending.subarray(5 + size);
+    queue = queue.then(() => run(code, echo));
   }
 });
 process.stdin.on('end', () => queue.then(() => process.exit(0)));
@@ -144,9 +146,10 @@ agent::RunRequest interpreter_for(std::string_view language) {
     return request;
 }
 
-std::string encode_cell(std::string_view code) {
+std::string encode_cell(std::string_view code, bool echo) {
     auto n = static_cast<std::uint32_t>(code.size());
-    std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+    std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n),
+                    static_cast<char>(echo ? 1 : 0)};
     out += code;
     return out;
 }

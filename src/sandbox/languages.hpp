@@ -22,13 +22,14 @@ agent::RunRequest program_for(std::string_view language, std::string code);
 bool has_interpreter(std::string_view language);
 
 // The long-lived interpreter process for `language` (python or javascript).
-// It reads cells framed as a big-endian u32 length plus UTF-8 code on stdin,
-// runs each in one persistent namespace, and after each writes "<status>\n"
-// to fd 3 once its output is flushed.
+// It reads cells framed as a big-endian u32 length, a flags byte (1: echo the
+// value of a final bare expression, like a REPL) and UTF-8 code on stdin, runs
+// each in one persistent namespace, and after each writes "<status>\n" to fd 3
+// once its output is flushed.
 agent::RunRequest interpreter_for(std::string_view language);
 
 // A cell in the framing the interpreters read.
-std::string encode_cell(std::string_view code);
+std::string encode_cell(std::string_view code, bool echo);
 
 // A shell command line, run with /bin/sh -c.
 agent::RunRequest shell_command(std::string command);

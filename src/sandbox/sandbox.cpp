@@ -282,7 +282,7 @@ void Sandbox::prewarm(const std::string& language) {
     start_interpreter(language, *slot);
 }
 
-asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
+asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,
                                               std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
     auto self = shared_from_this();
@@ -309,7 +309,7 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     cell->done.expires_after(timeout_ms ? std::chrono::milliseconds(timeout_ms) : std::chrono::hours(24 * 365));
     interpreter->cell = cell;
     auto started = std::chrono::steady_clock::now();
-    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code)));
+    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code, echo)));
     std::weak_ptr<Sandbox> weak = weak_from_this();
     if (cancel) {
         cancel->on_cancel([weak, cell] {

@@ -63,7 +63,8 @@ public:
     // (started on first use): variables survive between cells. Cells run one
     // at a time. A timeout or cancellation kills the interpreter (state lost;
     // the next cell starts a fresh one).
-    asio::awaitable<ExecResult> run_cell(std::string language, std::string code, std::uint64_t timeout_ms,
+    // With `echo`, the value of a final bare expression is printed, as in a REPL.
+    asio::awaitable<ExecResult> run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,
                                          std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel);
 
     // Starts the interpreter for `language` ahead of its first cell.

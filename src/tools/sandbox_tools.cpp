@@ -147,7 +147,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
             // interpreter is as fresh as a new process.
             bool use_interpreter = throwaway || (!fresh && box->stateful());
             if (use_interpreter && sandbox::has_interpreter(*language)) {
-                result = co_await box->run_cell(std::string(*language), std::move(code), timeout, env.config.max_output_bytes,
+                result = co_await box->run_cell(std::string(*language), std::move(code), !throwaway, timeout, env.config.max_output_bytes,
                                                 progress->sink(progress), context->cancellation());
             } else {
                 auto request = sandbox::program_for(*language, std::move(code));

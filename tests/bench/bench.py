@@ -320,6 +320,7 @@ class Bench:
         self.fresh_na = ""
         self.results: dict[str, Row] = {}
         self.problems: list[str] = []
+        self.fresh_overhead: list[float] = []  # per call: client-side time − agent-reported duration_ms
 
     # -- helpers ---------------------------------------------------------------
 
@@ -452,9 +453,12 @@ class Bench:
     async def section_live(self, s: Server) -> None:
         sid = await self.new_sandbox(s)
         await self.detect_modes(s, sid)
-        # detection polluted the namespace; benchmark in a clean sandbox
+        # detection polluted the namespace; benchmark in clean sandboxes: one for the
+        # fresh-process runs and docker exec, another for stateful runs (so that a fresh
+        # run can never disturb the interpreter the stateful runs use)
         await self.stop(s, sid)
         sid = await self.new_sandbox(s)
+        sid_state = await self.new_sandbox(s) if self.stateful else None
         st = await s.call("get_sandbox_status", {"sandbox_id": sid})
         cid = st.sc.get("sandboxes", [{}])[0].get("container_id")
 
@@ -475,7 +479,7 @@ class Bench:
             live_fresh.na = self.fresh_na
             floor.note = "from throwaway runs: no fresh mode in live sandboxes"
             fresh_args = None
-        state_args = {"code": PRINT1, "sandbox_id": sid} if self.stateful else None
+        state_args = {"code": PRINT1, "sandbox_id": sid_state} if sid_state else None
         exec_cmd = ["docker", "exec", cid, "python3", "-c", PRINT1] if cid else None
         if not cid:
             d_exec.na = "get_sandbox_status gave no container_id"
@@ -502,6 +506,7 @@ class Bench:
                 if ok_print1(r):
                     live_fresh.samples.append(r.elapsed_ms)
                     floor.samples.append(float(r.sc.get("duration_ms", 0.0)))
+                    self.fresh_overhead.append(r.elapsed_ms - float(r.sc.get("duration_ms", 0.0)))
                 else:
                     self.problems.append(f"live fresh exec failed: {short(r.error or r.sc)}")
             if state_args:
@@ -516,7 +521,7 @@ class Bench:
                 r = await s.call("execute_code", {"code": PRINT1})
                 if ok_print1(r):
                     floor.samples.append(float(r.sc.get("duration_ms", 0.0)))
-        self.live_sid = sid
+        self.live_sid = sid_state or sid
 
     # -- 4: output delay --------------------------------------------------------------
 
@@ -673,6 +678,9 @@ class Bench:
                     r.checks.append(sp >= 3)
                 if floor_m is not None:
                     r.ratios.append(f"this − floor = {r.med - floor_m:+.2f} ms ({r.med / floor_m:.2f}× floor)")
+                    if self.fresh_overhead:
+                        r.ratios.append(f"per-call overhead over own duration_ms: median {median(self.fresh_overhead):.2f} ms,"
+                                        f" p90 {pct(self.fresh_overhead, 90):.2f} ms")
                     r.checks.append(r.med <= floor_m + 3)
         r = R.get("live_stateful")
         if r:
@@ -818,8 +826,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="few rounds, for a smoke test (<2 min)")
     p.add_argument("--rounds", type=int, default=None, help="rounds for sections 1-4 (default 20, --quick 3)")
-    p.add_argument("--pool-settle", type=float, default=1.0,
-                   help="seconds to let the warm pool refill before each pooled call (default 1.0)")
+    p.add_argument("--pool-settle", type=float, default=3.0,
+                   help="seconds to let the warm pool refill before each pooled call (default 3)")
     p.add_argument("--no-snapshot", action="store_true",
                    help="run build/cubicle in place instead of a copy taken at start")
     p.add_argument("--create-parallel", type=int, default=4, help="sandboxes created at once in section 6 (default 4)")

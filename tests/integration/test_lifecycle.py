@@ -128,7 +128,7 @@ def test_invalid_utf8_output_replaced(raw_server):
     s.initialize()
     res = s.call_tool(
         "execute_code",
-        {"code": "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe ok\\n')\nsys.stderr.buffer.write(b'bad \\xc3\\n')"},
+        {"code": "import sys\n_ = sys.stdout.buffer.write(b'\\xff\\xfe ok\\n')\n_ = sys.stderr.buffer.write(b'bad \\xc3\\n')"},
     )
     # s.recv already verified the whole line is strict UTF-8 JSON
     assert not res.get("isError"), res

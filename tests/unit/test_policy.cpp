@@ -324,18 +324,20 @@ TEST(Languages, Interpreters) {
 }
 
 TEST(Languages, EncodeCell) {
-    EXPECT_EQ(encode_cell(""), std::string(4, '\0'));
-    EXPECT_EQ(encode_cell("x=1"), std::string("\0\0\0\x03x=1", 7));
+    // u32 big-endian length of the code, a flags byte (1: echo), the code.
+    EXPECT_EQ(encode_cell("", false), std::string(5, '\0'));
+    EXPECT_EQ(encode_cell("x=1", true), std::string("\0\0\0\x03\x01x=1", 8));
+    EXPECT_EQ(encode_cell("x=1", false), std::string("\0\0\0\x03\0x=1", 8));
     std::string big(0x010203, 'c');
-    std::string cell = encode_cell(big);
-    EXPECT_EQ(cell.substr(0, 4), std::string("\0\x01\x02\x03", 4));
-    EXPECT_EQ(cell.substr(4), big);
-    EXPECT_EQ(encode_cell("é"), std::string("\0\0\0\x02", 4) + "é");  // length in bytes
+    std::string cell = encode_cell(big, true);
+    EXPECT_EQ(cell.substr(0, 5), std::string("\0\x01\x02\x03\x01", 5));
+    EXPECT_EQ(cell.substr(5), big);
+    EXPECT_EQ(encode_cell("é", false), std::string("\0\0\0\x02\0", 5) + "é");  // length in bytes
 }
 
 // Runs the Python interpreter driver on the host (when python3 exists) with
 // framed cells on stdin and fd 3 captured: state persists across cells,
-// expressions are echoed, errors give status 1 and do not end the session.
+// expressions are echoed when asked, errors give status 1 and do not end the session.
 TEST(Languages, PythonDriverRunsCellsInOneNamespace) {
     if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
     char dir_template[] = "/tmp/cubicle-py-XXXXXX";
@@ -352,13 +354,14 @@ TEST(Languages, PythonDriverRunsCellsInOneNamespace) {
         return ss.str();
     };
     write(dir + "/driver.py", interpreter_for("python").argv[3]);
-    write(dir + "/cells", encode_cell("x = 40\nprint('hi')") + encode_cell("x + 2") + encode_cell("1/0") +
-                              encode_cell("import sys; sys.exit(3)") + encode_cell("print(x, 'é')") +
-                              encode_cell("input()"));
+    write(dir + "/cells", encode_cell("x = 40\nprint('hi')", true) + encode_cell("x + 2", true) +
+                              encode_cell("x + 100", false) + encode_cell("1/0", true) +
+                              encode_cell("import sys; sys.exit(3)", true) + encode_cell("print(x, 'é')", true) +
+                              encode_cell("input()", true));
     std::string command = "cd '" + dir + "' && python3 -u driver.py <cells >out 2>err 3>control";
     int rc = std::system(command.c_str());
     EXPECT_EQ(rc, 0) << read(dir + "/err");
-    EXPECT_EQ(read(dir + "/control"), "0\n0\n1\n3\n0\n1\n");
+    EXPECT_EQ(read(dir + "/control"), "0\n0\n0\n1\n3\n0\n1\n");
     EXPECT_EQ(read(dir + "/out"), "hi\n42\n40 é\n");
     std::string err = read(dir + "/err");
     EXPECT_NE(err.find("ZeroDivisionError"), std::string::npos) << err;

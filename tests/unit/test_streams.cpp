@@ -544,6 +544,12 @@ TEST(DockerHost, TcpIpv6WithoutPort) {
     EXPECT_EQ(e.port, "2375");
 }
 
+TEST(DockerHost, TcpEmptyPortThrows) {
+    // Malformed: "host:" names no port (today it yields port "", which only
+    // fails later, at connect time, with a resolver error).
+    EXPECT_THROW(parse_docker_host("tcp://docker.example:"), std::invalid_argument);
+}
+
 TEST(DockerHost, BadSchemesThrow) {
     for (std::string bad : {"http://localhost:2375"s, "ssh://user@host"s, "npipe:////./pipe/docker_engine"s,
                             "/var/run/docker.sock"s, "localhost:2375"s, "tcp://"s, "tcp://:2375"s}) {
