@@ -8,6 +8,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/log.hpp"
@@ -34,6 +35,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
         log::debug("Docker Engine API {}", docker.api_version());
         co_await manager.remove_orphans();
         manager.start_pool();
+        asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
     } catch (const std::exception& e) {
         // Keep serving: every tool call will explain the problem to the client.
         log::error("{}", e.what());

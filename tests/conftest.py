@@ -89,6 +89,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     bin_problem = _binary_problem()
     img_problem = None if bin_problem else _image_problem()
     for item in items:
+        if "tests/agent/" in item.nodeid:
+            continue  # the agent suite needs only the agent binary and skips by itself
         if bin_problem:
             item.add_marker(pytest.mark.skip(reason=f"cubicle suite skipped: {bin_problem}"))
         elif img_problem and item.get_closest_marker("no_image") is None:

@@ -137,13 +137,17 @@ Endpoint parse_docker_host(std::string_view docker_host) {
     if (docker_host.starts_with("tcp://")) {
         auto rest = docker_host.substr(6);
         if (auto slash = rest.find('/'); slash != rest.npos) rest = rest.substr(0, slash);
-        auto colon = rest.rfind(':');
         endpoint.kind = Endpoint::Kind::tcp;
+        // An IPv6 address is bracketed: only a colon after the ']' starts the port.
+        auto host_end = rest.starts_with('[') ? rest.find(']') : std::string_view::npos;
+        auto colon = rest.find(':', host_end == std::string_view::npos ? 0 : host_end);
+        if (host_end == std::string_view::npos && rest.starts_with('[')) colon = std::string_view::npos;
         endpoint.host = std::string(colon == rest.npos ? rest : rest.substr(0, colon));
         endpoint.port = colon == rest.npos ? "2375" : std::string(rest.substr(colon + 1));
         if (endpoint.host.starts_with('[') && endpoint.host.ends_with(']'))
             endpoint.host = endpoint.host.substr(1, endpoint.host.size() - 2);
         if (endpoint.host.empty()) throw std::invalid_argument("DOCKER_HOST tcp:// needs a host");
+        if (endpoint.port.empty()) throw std::invalid_argument("DOCKER_HOST tcp:// has an empty port");
         return endpoint;
     }
     throw std::invalid_argument(fmt::format(

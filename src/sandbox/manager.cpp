@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <ctime>
+#include <set>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
@@ -18,8 +20,9 @@ namespace cubicle::sandbox {
 namespace {
 
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
-// A container of another instance still in "created" this long is abandoned.
-constexpr std::int64_t abandoned_after_s = 120;
+// A container of another instance still in "created" this long, while that
+// instance runs no container at all, was abandoned between create and start.
+constexpr std::int64_t abandoned_after_s = 3;
 
 std::string agent_archive() {
     docker::TarWriter tar;
@@ -191,12 +194,18 @@ asio::awaitable<void> Manager::destroy_all() {
 asio::awaitable<void> Manager::remove_orphans() {
     auto containers = co_await docker_.list_containers(fmt::format("{}=true", label_managed));
     auto now = static_cast<std::int64_t>(std::time(nullptr));
+    // A live server always has its agents running; a dead one's have exited.
+    std::set<std::string> live_instances;
+    for (const auto& container : containers) {
+        if (container.state == "running") live_instances.insert(container.labels.count(label_instance) ? container.labels.at(label_instance) : "");
+    }
     int removed = 0;
     for (const auto& container : containers) {
         auto instance = container.labels.find(label_instance);
-        if (instance != container.labels.end() && instance->second == instance_) continue;
+        std::string owner = instance == container.labels.end() ? "" : instance->second;
+        if (owner == instance_) continue;
         bool stopped = container.state == "exited" || container.state == "dead";
-        bool abandoned = container.state == "created" && now - container.created > abandoned_after_s;
+        bool abandoned = container.state == "created" && !live_instances.count(owner) && now - container.created > abandoned_after_s;
         if (!stopped && !abandoned) continue;
         try {
             co_await docker_.remove_container(container.id);
@@ -206,6 +215,21 @@ asio::awaitable<void> Manager::remove_orphans() {
         }
     }
     if (removed) log::info("removed {} container(s) left behind by earlier cubicle runs", removed);
+}
+
+asio::awaitable<void> Manager::sweep_orphans() {
+    // Soon after start-up (a dead server's half-created container must age
+    // first), then now and then: other servers may die while this one runs.
+    asio::steady_timer timer(executor_);
+    for (auto delay = std::chrono::seconds(5);; delay = std::chrono::seconds(60)) {
+        timer.expires_after(delay);
+        co_await timer.async_wait(asio::use_awaitable);
+        try {
+            co_await remove_orphans();
+        } catch (const std::exception& e) {
+            log::debug("orphan sweep: {}", e.what());
+        }
+    }
 }
 
 } // namespace cubicle::sandbox

@@ -44,6 +44,8 @@ public:
     // Removes the containers of cubicle instances that are gone: their agents
     // exit when the owning server's connection drops, so they are not running.
     asio::awaitable<void> remove_orphans();
+    // Runs remove_orphans again a little later and then periodically.
+    asio::awaitable<void> sweep_orphans();
     // Starts keeping warm sandboxes of the default profile.
     void start_pool() { pool_.start(); }
     std::size_t pool_ready() const { return pool_.ready(); }

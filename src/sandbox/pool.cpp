@@ -1,6 +1,7 @@
 #include "sandbox/pool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -86,6 +87,13 @@ asio::awaitable<void> Pool::watch_idle() {
 asio::awaitable<void> Pool::drain() {
     stopped_ = true;
     idle_timer_.cancel();
+    // Sandboxes still starting remove themselves once started (stopped_ is
+    // set); wait for them so that nothing outlives the server.
+    asio::steady_timer timer(executor_);
+    for (int i = 0; launching_ > 0 && i < 1500; ++i) {
+        timer.expires_after(std::chrono::milliseconds(20));
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
     auto released = std::move(ready_);
     ready_.clear();
     for (auto& box : released) co_await remove_(std::move(box));

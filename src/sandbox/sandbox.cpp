@@ -276,6 +276,16 @@ void Sandbox::start_interpreter(const std::string& language, Interpreter& interp
     stream_->send(agent::encode_run(interpreter.exec_id, request, agent::FrameType::open));
 }
 
+void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
+    if (env.empty()) return;
+    spec_.env = std::move(env);
+    for (auto& [language, interpreter] : interpreters_) {
+        if (!interpreter->exec_id) continue;
+        if (stream_) stream_->send(agent::encode(agent::FrameType::kill, interpreter->exec_id));
+        interpreter->exec_id = 0;  // its exit, when it comes, concerns nobody
+    }
+}
+
 void Sandbox::prewarm(const std::string& language) {
     auto& slot = interpreters_[language];
     if (!slot) slot = std::make_shared<Interpreter>();

@@ -46,7 +46,8 @@ public:
     bool throwaway() const { return throwaway_; }
     void set_throwaway(bool throwaway) { throwaway_ = throwaway; }
     // Variables added to every execution (initialize_sandbox's env).
-    void set_env(std::vector<std::pair<std::string, std::string>> env) { spec_.env = std::move(env); }
+    // Interpreters already started (a pooled sandbox's) are restarted to see it.
+    void set_env(std::vector<std::pair<std::string, std::string>> env);
     bool alive() const { return alive_; }
     std::chrono::steady_clock::time_point created() const { return created_; }
     std::size_t running() const;
