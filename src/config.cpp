@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
@@ -61,6 +62,19 @@ const std::vector<Option>& options() {
          }},
         {"--allow-network", "CUBICLE_ALLOW_NETWORK", "", "let clients ask for network: true (off by default)",
          [](Config& c, std::string_view v) { c.allow_network = parse_bool("--allow-network", v); }},
+        {"--allow-host-dir", "CUBICLE_ALLOW_HOST_DIRS", "DIR",
+         "host directory open to upload_file/download_file (repeatable; variable: DIR:DIR)",
+         [](Config& c, std::string_view v) {
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(':', start), v.size());
+                 if (end > start) c.allow_host_dirs.emplace_back(v.substr(start, end - start));
+                 start = end + 1;
+             }
+         }},
+        {"--max-transfer-mb", "CUBICLE_MAX_TRANSFER_MB", "N", "largest file transfer in MiB",
+         [](Config& c, std::string_view v) { c.max_transfer_mb = parse_number("--max-transfer-mb", v, 1, 1 << 20); }},
+        {"--max-transfer-entries", "CUBICLE_MAX_TRANSFER_ENTRIES", "N", "most files and directories in one transfer",
+         [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
         {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
         {"--pool-refill", "CUBICLE_POOL_REFILL", "N", "warm sandboxes started at once when refilling",

@@ -33,6 +33,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
     try {
         co_await docker.connect();
         log::debug("Docker Engine API {}", docker.api_version());
+        manager.set_daemon_info(co_await docker.info());
         co_await manager.remove_orphans();
         manager.start_pool();
         asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     sandbox::Manager manager(io.get_executor(), docker, config);
     mcp::StdioTransport transport(io.get_executor(), STDIN_FILENO, STDOUT_FILENO);
     mcp::Session session(io.get_executor(), {"cubicle", CUBICLE_VERSION, std::string(instructions)},
-                         tools::sandbox_tools(manager, config), [&transport](std::string message) { transport.send(std::move(message)); });
+                         tools::sandbox_tools(manager, docker, config), [&transport](std::string message) { transport.send(std::move(message)); });
 
     asio::signal_set signals(io, SIGINT, SIGTERM);
     bool stopping = false;

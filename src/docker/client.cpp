@@ -233,7 +233,8 @@ asio::awaitable<void> Client::connect() {
     impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
 }
 
-asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type) {
+asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
+                                                  std::uint64_t max_body) {
     auto verb = http::string_to_verb(method);
     for (int attempt = 0;; ++attempt) {
         // No co_await inside ?: here: GCC 12 miscompiles it (the socket is destroyed).
@@ -255,9 +256,12 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
         req.prepare_payload();
         beast::flat_buffer buffer;
         http::response_parser<http::string_body> parser;
-        parser.body_limit(std::uint64_t(1) << 31);
+        parser.body_limit(max_body);
         auto [ec, n] = co_await http::async_write(socket, req, use_tuple);
         if (!ec) std::tie(ec, n) = co_await http::async_read(socket, buffer, parser, use_tuple);
+        if (ec == http::error::body_limit) {
+            throw Error(413, fmt::format("{} {}: the answer is larger than {} bytes", method, target, max_body));
+        }
         if (ec) {
             // An idle keep-alive connection the daemon closed: try once on a fresh one.
             if (reused && attempt == 0) continue;
@@ -334,8 +338,8 @@ asio::awaitable<void> Client::put_archive(std::string id, std::string path, std:
           fmt::format("copying files into the container at {} failed", path));
 }
 
-asio::awaitable<std::string> Client::get_archive(std::string id, std::string path) {
-    co_return check(co_await request("GET", "/containers/" + id + "/archive?path=" + url_encode(path)),
+asio::awaitable<std::string> Client::get_archive(std::string id, std::string path, std::uint64_t max_bytes) {
+    co_return check(co_await request("GET", "/containers/" + id + "/archive?path=" + url_encode(path), {}, "application/json", max_bytes),
                     fmt::format("copying {} out of the container failed", path))
         .body;
 }

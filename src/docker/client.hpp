@@ -89,7 +89,8 @@ public:
     asio::awaitable<std::string> inspect_container(std::string id);
     asio::awaitable<std::vector<ContainerSummary>> list_containers(std::string label_filter);
     asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
-    asio::awaitable<std::string> get_archive(std::string id, std::string path);
+    // Throws Error when the archive is larger than `max_bytes`.
+    asio::awaitable<std::string> get_archive(std::string id, std::string path, std::uint64_t max_bytes);
     // Attaches to stdin/stdout/stderr of a created or running container.
     asio::awaitable<std::unique_ptr<RawStream>> attach(std::string id);
     // nullopt when the image is not present locally.
@@ -104,7 +105,8 @@ public:
     };
     // One API call; `target` is the path without the version prefix.
     asio::awaitable<Response> request(std::string method, std::string target, std::string body = {},
-                                      std::string content_type = "application/json");
+                                      std::string content_type = "application/json",
+                                      std::uint64_t max_body = std::uint64_t(1) << 31);
 
 private:
     struct Impl;

@@ -289,6 +289,9 @@ asio::awaitable<void> Session::run_tool(const Tool* tool, std::shared_ptr<Reques
     json::Writer w;
     w.begin_object().key("content").begin_array();
     w.begin_object().field("type", "text").field("text", result.text.empty() ? result.structured : result.text).end_object();
+    for (const auto& image : result.images) {
+        w.begin_object().field("type", "image").field("data", image.data).field("mimeType", image.mime_type).end_object();
+    }
     w.end_array();
     if (!result.structured.empty()) w.key("structuredContent").raw(result.structured);
     w.field("isError", result.is_error);

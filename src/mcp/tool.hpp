@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <simdjson.h>
@@ -14,12 +15,19 @@
 
 namespace cubicle::mcp {
 
+// An image returned beside the text (base64 data).
+struct ImageContent {
+    std::string data;
+    std::string mime_type;
+};
+
 // What a tool call returns. `structured` is a serialized JSON object matching
 // the tool's output schema; `text` defaults to it.
 struct ToolResult {
     std::string structured;
     std::string text;
     bool is_error = false;
+    std::vector<ImageContent> images;
 };
 
 // The per-request side of a tool call: progress, cancellation, logging.

@@ -54,6 +54,13 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.cpus <= 0) spec.cpus = config_.cpus;
     spec.pids_limit = config_.pids_limit;
     spec.tmp_size_mb = config_.tmp_size_mb;
+    if (spec.gpu && !daemon_info_.nvidia_runtime()) {
+        std::string runtimes;
+        for (const auto& runtime : daemon_info_.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + runtime;
+        throw ToolError(fmt::format("no GPU is available: the Docker daemon has no NVIDIA runtime (its runtimes: {}). "
+                                    "Install the NVIDIA Container Toolkit on the host, or create the sandbox without gpu: true",
+                                    runtimes.empty() ? "unknown" : runtimes));
+    }
     if (spec.network && !config_.allow_network) {
         throw ToolError("network access is disabled on this server; the operator can allow it with --allow-network "
                         "(or CUBICLE_ALLOW_NETWORK=1)");

@@ -46,6 +46,8 @@ public:
     asio::awaitable<void> remove_orphans();
     // Runs remove_orphans again a little later and then periodically.
     asio::awaitable<void> sweep_orphans();
+    // What the daemon offers (GPUs), read once at start-up.
+    void set_daemon_info(docker::DaemonInfo info) { daemon_info_ = std::move(info); }
     // Starts keeping warm sandboxes of the default profile.
     void start_pool() { pool_.start(); }
     std::size_t pool_ready() const { return pool_.ready(); }
@@ -63,6 +65,7 @@ private:
     std::string instance_;
     std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
     std::size_t creating_ = 0;
+    docker::DaemonInfo daemon_info_;
     Pool pool_;
 };
 

@@ -56,7 +56,13 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("Memory", spec.memory_mb * mib);
     w.field("MemorySwap", spec.memory_mb * mib);  // equal to Memory: no swap
     w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));
-    w.field("OomScoreAdj", 500);  // under memory pressure the host kills sandboxes first
+    w.field("OomScoreAdj", 500);
+    if (spec.gpu) {
+        w.key("DeviceRequests").begin_array().begin_object();
+        w.field("Driver", "nvidia").field("Count", -1);
+        w.key("Capabilities").begin_array().begin_array().value("gpu").end_array().end_array();
+        w.end_object().end_array();
+    }  // under memory pressure the host kills sandboxes first
     w.key("Ulimits").begin_array();
     ulimit(w, "nofile", open_files);
     ulimit(w, "fsize", max_file_bytes);

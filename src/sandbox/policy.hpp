@@ -21,6 +21,7 @@ inline constexpr const char* label_sandbox = "io.cubicle.sandbox";
 struct SandboxSpec {
     std::string image;
     bool network = false;
+    bool gpu = false;  // all NVIDIA GPUs, through the daemon's device requests
     int memory_mb = 512;
     double cpus = 1.0;
     int pids_limit = 256;

@@ -22,7 +22,7 @@ void Pool::start() {
 
 bool Pool::matches(const SandboxSpec& spec) const {
     // Per-sandbox environment travels with each execution, so it does not split the pool.
-    return spec.image == profile_.image && spec.network == profile_.network && spec.memory_mb == profile_.memory_mb &&
+    return spec.image == profile_.image && spec.network == profile_.network && spec.gpu == profile_.gpu && spec.memory_mb == profile_.memory_mb &&
            spec.cpus == profile_.cpus && spec.pids_limit == profile_.pids_limit && spec.tmp_size_mb == profile_.tmp_size_mb;
 }
 

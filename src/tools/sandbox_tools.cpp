@@ -13,6 +13,7 @@
 #include "docker/client.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
+#include "tools/support.hpp"
 
 namespace cubicle::tools {
 namespace {
@@ -21,12 +22,6 @@ namespace asio = boost::asio;
 using mcp::RequestContext;
 using mcp::ToolResult;
 using sandbox::Sandbox;
-using Context = std::shared_ptr<RequestContext>;
-
-struct Env {
-    sandbox::Manager& manager;
-    const Config& config;
-};
 
 // Forwards output to the client as progress notifications the moment it
 // arrives, cutting only at UTF-8 character boundaries.
@@ -60,8 +55,6 @@ private:
     double progress_ = 0;
 };
 
-ToolResult structured(std::string json_text) { return ToolResult{.structured = std::move(json_text)}; }
-
 int exit_code_of(const sandbox::agent::ExitStatus& status) {
     return status.signal ? 128 + status.signal : status.exit_code;
 }
@@ -86,11 +79,12 @@ void write_exec_fields(json::Writer& w, const sandbox::ExecResult& result) {
 // ---- initialize_sandbox ----------------------------------------------------
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu"});
     bool stateful = args.boolean("stateful").value_or(true);
     sandbox::SandboxSpec spec;
     spec.image = args.string("image").value_or("");
     spec.network = args.boolean("network").value_or(false);
+    spec.gpu = args.boolean("gpu").value_or(false);
     spec.memory_mb = static_cast<int>(args.integer("memory_mb", 16, 1 << 20).value_or(0));
     spec.cpus = args.number("cpus", 0.01, 1024).value_or(0);
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
@@ -110,7 +104,7 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
-    w.field("stateful", stateful);
+    w.field("stateful", stateful).field("gpu", s.gpu);
     w.end_object();
     co_return structured(w.take());
 }
@@ -118,7 +112,8 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
 // ---- execute_code -------------------------------------------------------------
 
 asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s", "fresh"});
+    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s", "fresh", "return_images"});
+    bool return_images = args.boolean("return_images").value_or(false);
     std::string code = args.required_string("code");
     auto language_name = args.string("language").value_or("python");
     auto language = sandbox::canonical_language(language_name);
@@ -139,6 +134,8 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
         throwaway = true;
     }
     sandbox::ExecResult result;
+    std::vector<CollectedImage> images;
+    auto started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::exception_ptr failure;
     try {
         if (!context->cancelled()) {
@@ -155,6 +152,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
                 request.max_output_bytes = env.config.max_output_bytes;
                 result = co_await box->run(std::move(request), progress->sink(progress), context->cancellation());
             }
+            if (return_images && box->alive()) images = co_await collect_images(env, box, started);
         }
     } catch (...) {
         failure = std::current_exception();
@@ -174,8 +172,18 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     w.field("truncated", result.status.truncated);
     w.field("duration_ms", static_cast<double>(result.status.duration_us / 100) / 10.0);
     w.field("state_lost", result.state_lost);
+    ToolResult tool_result;
+    if (return_images) {
+        w.key("images").begin_array();
+        for (auto& image : images) {
+            w.begin_object().field("path", image.path).field("mime", image.mime).field("bytes", image.bytes).end_object();
+            tool_result.images.push_back({std::move(image.base64_data), image.mime});
+        }
+        w.end_array();
+    }
     w.end_object();
-    co_return structured(w.take());
+    tool_result.structured = w.take();
+    co_return tool_result;
 }
 
 // ---- run_command --------------------------------------------------------------
@@ -214,7 +222,7 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
-    w.field("executor", "agent").field("stateful", box.stateful());
+    w.field("executor", "agent").field("stateful", box.stateful()).field("gpu", s.gpu);
     w.end_object();
 }
 
@@ -270,30 +278,12 @@ constexpr std::string_view sandbox_status_properties = R"(
         "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
         "executor": {"type": "string", "description": "How programs run: agent, the in-sandbox agent"},
-        "stateful": {"type": "boolean"})";
-
-// Docker failures (daemon down, image refused) are results the model can act on.
-template <auto Handler>
-asio::awaitable<ToolResult> guarded(Env env, simdjson::dom::element arguments, Context context) {
-    try {
-        co_return co_await Handler(env, arguments, std::move(context));
-    } catch (const docker::Error& e) {
-        throw ToolError(e.what());
-    }
-}
-
-template <auto Handler>
-mcp::ToolHandler bind(Env env) {
-    // Not a coroutine itself: it only forwards to one, so nothing it captures dangles.
-    return [env](simdjson::dom::element arguments, Context context) {
-        return guarded<Handler>(env, arguments, std::move(context));
-    };
-}
+        "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})";
 
 } // namespace
 
-std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& config) {
-    Env env{manager, config};
+std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
+    Env env{manager, docker, config};
     std::vector<mcp::Tool> tools;
 
     tools.push_back({
@@ -308,13 +298,14 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& co
             "memory_mb": {{"type": "integer", "minimum": 16, "description": "Memory limit in MiB; default {}"}},
             "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}"}},
             "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
-            "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}})",
+            "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}},
+            "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs ; needs the NVIDIA container runtime on the host"}})",
                                                   config.default_image, config.memory_mb, config.cpus),
                                       ""),
         .output_schema = object_schema(R"(
             "sandbox_id": {"type": "string"}, "container_id": {"type": "string"}, "image": {"type": "string"},
             "network": {"type": "boolean"}, "memory_mb": {"type": "integer"}, "cpus": {"type": "number"},
-            "stateful": {"type": "boolean"})",
+            "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})",
                                        R"("sandbox_id", "image", "network", "memory_mb", "cpus")"),
         .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
         .handler = bind<initialize_sandbox>(env),
@@ -333,12 +324,14 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& co
             "language": {{"type": "string", "enum": ["python", "python3", "py", "javascript", "node", "js", "bash", "sh", "shell"], "default": "python"}},
             {},
             {},
-            "fresh": {{"type": "boolean", "default": false, "description": "In a stateful sandbox, run in a fresh process instead of the persistent interpreter"}})",
+            "fresh": {{"type": "boolean", "default": false, "description": "In a stateful sandbox, run in a fresh process instead of the persistent interpreter"}},
+            "return_images": {{"type": "boolean", "default": false, "description": "Return images the code writes into the workspace (PNG, JPEG, GIF, WebP, SVG; at most 5 of 2 MiB) as image content"}})",
                                                   sandbox_id_property, timeout_property),
                                       R"("code")"),
         .output_schema = object_schema(fmt::format(R"({},
             "duration_ms": {{"type": "number", "description": "Wall time of the program"}},
-            "state_lost": {{"type": "boolean", "description": "The persistent interpreter was stopped; earlier variables are gone"}})",
+            "state_lost": {{"type": "boolean", "description": "The persistent interpreter was stopped; earlier variables are gone"}},
+            "images": {{"type": "array", "items": {{"type": "object", "properties": {{"path": {{"type": "string"}}, "mime": {{"type": "string"}}, "bytes": {{"type": "integer"}}}}, "required": ["path", "mime", "bytes"]}}}})",
                                                    exec_result_properties),
                                        R"("stdout", "stderr", "exit_code", "timed_out", "truncated", "duration_ms")"),
         .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
@@ -387,6 +380,7 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& co
         .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
         .handler = bind<stop_sandbox>(env),
     });
+    for (auto& tool : file_tools(env)) tools.push_back(std::move(tool));
     return tools;
 }
 

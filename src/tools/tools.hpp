@@ -4,11 +4,12 @@
 #include <vector>
 
 #include "config.hpp"
+#include "docker/client.hpp"
 #include "mcp/tool.hpp"
 #include "sandbox/manager.hpp"
 
 namespace cubicle::tools {
 
-std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, const Config& config);
+std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& docker, const Config& config);
 
 } // namespace cubicle::tools

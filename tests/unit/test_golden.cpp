@@ -91,7 +91,7 @@ std::string real_tools_json() {
     Config config;
     docker::Client client(io.get_executor(), docker::parse_docker_host(""));
     sandbox::Manager manager(io.get_executor(), client, config);
-    mcp::Session session(io.get_executor(), mcp::ServerInfo{"cubicle", "test", ""}, tools::sandbox_tools(manager, config),
+    mcp::Session session(io.get_executor(), mcp::ServerInfo{"cubicle", "test", ""}, tools::sandbox_tools(manager, client, config),
                          [](std::string) {});
     return session.tools_json();
 }
@@ -195,7 +195,8 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
         EXPECT_TRUE(tool["annotations"].is_object());
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
-                                               "stop_sandbox"}));
+                                               "stop_sandbox", "write_file", "read_file", "list_files",
+                                               "upload_file", "download_file", "clean_workspace"}));
 }
 
 } // namespace

@@ -1,0 +1,414 @@
+// Files in and out of a sandbox's workspace. Inside the sandbox every file
+// operation runs as the sandbox user, so nothing there can reach the host;
+// transfers to and from the host go through src/files/host_transfer, which
+// only touches the directories the operator allowed.
+#include <algorithm>
+#include <chrono>
+#include <regex>
+
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "common/base64.hpp"
+#include "common/json.hpp"
+#include "files/host_transfer.hpp"
+#include "sandbox/languages.hpp"
+#include "tools/args.hpp"
+#include "tools/support.hpp"
+#include "tools/tools.hpp"
+
+namespace cubicle::tools {
+namespace {
+
+namespace asio = boost::asio;
+using mcp::ToolResult;
+using sandbox::Sandbox;
+
+constexpr std::uint64_t default_read_bytes = 1 << 20;
+constexpr std::uint64_t script_timeout_ms = 120'000;
+
+files::Limits transfer_limits(const Config& config) {
+    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
+}
+
+// Runs a short shell script in the workspace as the sandbox user; a non-zero
+// exit becomes a ToolError carrying what the script said on stderr.
+asio::awaitable<sandbox::ExecResult> sandbox_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                                std::string stdin_data, std::uint64_t max_output) {
+    auto request = sandbox::shell_command(std::move(script));
+    request.argv.push_back("sh");  // $0
+    for (auto& arg : args) request.argv.push_back(std::move(arg));
+    request.stdin_data = std::move(stdin_data);
+    request.timeout_ms = script_timeout_ms;
+    request.max_output_bytes = max_output;
+    sandbox::OutputSink no_sink;
+    auto result = co_await box->run(std::move(request), std::move(no_sink), nullptr);
+    if (result.status.exit_code != 0 || result.status.signal != 0) {
+        std::string message = result.stderr_text;
+        while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+        throw ToolError(message.empty() ? fmt::format("the file operation failed (exit code {})", result.status.exit_code)
+                                        : json::sanitize_utf8(message));
+    }
+    co_return result;
+}
+
+std::string file_path_argument(const Args& args, std::string_view key) {
+    auto path = files::workspace_path(args.required_string(key));
+    if (path == ".") throw ToolError(fmt::format("'{}' names the workspace itself; name a file inside it", key));
+    return path;
+}
+
+// The image type of `data`, by its magic bytes (SVG by its text), or empty.
+std::string image_mime(std::string_view path, std::string_view data) {
+    auto starts = [&](std::string_view magic) { return data.substr(0, magic.size()) == magic; };
+    if (starts("\x89PNG\r\n\x1a\n")) return "image/png";
+    if (starts("\xFF\xD8\xFF")) return "image/jpeg";
+    if (starts("GIF87a") || starts("GIF89a")) return "image/gif";
+    if (starts("RIFF") && data.size() >= 12 && data.substr(8, 4) == "WEBP") return "image/webp";
+    bool svg_name = path.size() >= 4 && std::equal(path.end() - 4, path.end(), ".svg", [](char a, char b) { return std::tolower(a) == b; });
+    if (svg_name && data.substr(0, 1024).find("<svg") != std::string_view::npos) return "image/svg+xml";
+    return {};
+}
+
+bool is_text(std::string_view data) {
+    return data.find('\0') == std::string_view::npos && simdjson::validate_utf8(data.data(), data.size());
+}
+
+// ---- write_file -----------------------------------------------------------
+
+asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id", "path", "content", "encoding", "mode"});
+    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto path = file_path_argument(args, "path");
+    auto content = args.required_string("content");
+    auto encoding = args.string("encoding").value_or("utf-8");
+    if (encoding == "base64") {
+        auto decoded = base64::decode(content);
+        if (!decoded) throw ToolError("content is not valid base64");
+        content = std::move(*decoded);
+    } else if (encoding != "utf-8") {
+        throw ToolError(fmt::format("encoding must be utf-8 or base64, not '{}'", encoding));
+    }
+    auto mode = args.string("mode").value_or("");
+    static const std::regex octal_mode("[0-7]{3,4}");
+    if (!mode.empty() && !std::regex_match(mode, octal_mode)) {
+        throw ToolError(fmt::format("mode must be octal digits such as 644 or 755, not '{}'", mode));
+    }
+    auto limit = transfer_limits(env.config).max_bytes;
+    if (content.size() > limit) throw ToolError(fmt::format("content is {} bytes; the limit is {} bytes", content.size(), limit));
+    std::uint64_t bytes = content.size();
+    // Arguments are named, not braced inside co_await: GCC 12 mishandles such temporaries.
+    std::string script = R"SH(set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"; if [ -n "$2" ]; then chmod -- "$2" "$1"; fi)SH";
+    std::vector<std::string> script_args{path, mode};
+    co_await sandbox_sh(box, std::move(script), std::move(script_args), std::move(content), 64 * 1024);
+    json::Writer w;
+    w.begin_object().field("path", path).field("bytes", bytes).end_object();
+    co_return structured(w.take());
+}
+
+// ---- read_file ------------------------------------------------------------
+
+asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id", "path", "encoding", "max_bytes"});
+    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto path = file_path_argument(args, "path");
+    auto encoding = args.string("encoding").value_or("");
+    if (!encoding.empty() && encoding != "utf-8" && encoding != "base64") {
+        throw ToolError(fmt::format("encoding must be utf-8 or base64, not '{}'", encoding));
+    }
+    auto limit = transfer_limits(env.config).max_bytes;
+    auto max_bytes = static_cast<std::uint64_t>(args.integer("max_bytes", 1, static_cast<std::int64_t>(limit)).value_or(
+        static_cast<std::int64_t>(std::min(default_read_bytes, limit))));
+    std::string script = R"SH(
+        if [ -d "$1" ]; then echo "$1 is a directory; use list_files" >&2; exit 2; fi
+        if [ ! -e "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
+        if [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 2; fi
+        wc -c < "$1" && head -c "$2" -- "$1")SH";
+    std::vector<std::string> script_args{path, std::to_string(max_bytes)};
+    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
+    auto& out = result.stdout_text;
+    auto newline = out.find('\n');
+    std::uint64_t size = newline == std::string::npos ? 0 : std::strtoull(out.c_str(), nullptr, 10);
+    std::string data = newline == std::string::npos ? std::string() : out.substr(newline + 1);
+    bool truncated = data.size() < size;
+
+    json::Writer w;
+    w.begin_object().field("path", path).field("size", size);
+    ToolResult tool_result;
+    auto mime = image_mime(path, data);
+    if (!mime.empty() && !truncated && encoding.empty()) {
+        w.field("mime", mime).field("encoding", "base64").field("truncated", false);
+        tool_result.images.push_back({base64::encode(data), mime});
+    } else if (encoding != "base64" && is_text(data)) {
+        if (truncated) data.resize(json::complete_utf8_prefix(data));
+        w.field("encoding", "utf-8").field("content", data).field("truncated", truncated);
+    } else {
+        w.field("encoding", "base64").field("content", base64::encode(data)).field("truncated", truncated);
+    }
+    w.end_object();
+    tool_result.structured = w.take();
+    co_return tool_result;
+}
+
+// ---- list_files -----------------------------------------------------------
+
+std::string_view entry_type(char find_type) {
+    switch (find_type) {
+    case 'f': return "file";
+    case 'd': return "directory";
+    case 'l': return "symlink";
+    default: return "other";
+    }
+}
+
+asio::awaitable<ToolResult> list_files(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id", "path", "recursive", "max_entries"});
+    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto path = files::workspace_path(args.string("path").value_or("."));
+    bool recursive = args.boolean("recursive").value_or(false);
+    auto max_entries = args.integer("max_entries", 1, 100000).value_or(1000);
+    std::string script = R"SH(
+        if [ ! -d "$1" ]; then echo "not a directory in the workspace: $1" >&2; exit 2; fi
+        find "$1" -mindepth 1 -maxdepth "$3" -printf '%y\t%s\t%m\t%T@\t%P\0' | head -z -n "$2")SH";
+    std::vector<std::string> script_args{path, std::to_string(max_entries + 1), recursive ? "4096" : "1"};
+    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(),
+                                      static_cast<std::uint64_t>(max_entries + 1) * 4200);
+    struct Entry {
+        std::string path, type, mode;
+        std::uint64_t size;
+        double mtime;
+    };
+    std::vector<Entry> entries;
+    std::string_view rest = result.stdout_text;
+    while (!rest.empty()) {
+        auto end = rest.find('\0');
+        auto record = rest.substr(0, end);
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+        std::string_view fields[5];
+        for (int i = 0; i < 4; ++i) {
+            auto tab = record.find('\t');
+            if (tab == std::string_view::npos) break;
+            fields[i] = record.substr(0, tab);
+            record.remove_prefix(tab + 1);
+        }
+        fields[4] = record;
+        if (fields[0].empty() || fields[4].empty()) continue;
+        entries.push_back({std::string(fields[4]), std::string(entry_type(fields[0][0])), fmt::format("{:0>4}", fields[2]),
+                           std::strtoull(std::string(fields[1]).c_str(), nullptr, 10), std::strtod(std::string(fields[3]).c_str(), nullptr)});
+    }
+    bool truncated = entries.size() > static_cast<std::size_t>(max_entries);
+    if (truncated) entries.resize(static_cast<std::size_t>(max_entries));
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+    json::Writer w;
+    w.begin_object().field("path", path).key("entries").begin_array();
+    for (const auto& e : entries) {
+        w.begin_object().field("path", e.path).field("type", e.type).field("size", e.size).field("mode", e.mode);
+        w.field("mtime", e.mtime).end_object();
+    }
+    w.end_array().field("truncated", truncated).end_object();
+    co_return structured(w.take());
+}
+
+// ---- clean_workspace ------------------------------------------------------
+
+asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id"});
+    auto id = args.required_string("sandbox_id");
+    auto box = env.manager.get(id);
+    auto script = fmt::format("find {} -mindepth 1 -delete", sandbox::workspace_dir);
+    co_await sandbox_sh(box, std::move(script), std::vector<std::string>(), std::string(), 64 * 1024);
+    json::Writer w;
+    w.begin_object().field("sandbox_id", id).field("cleaned", true).end_object();
+    co_return structured(w.take());
+}
+
+// ---- upload_file / download_file ----------------------------------------------
+
+std::string base_name(std::string_view path) {
+    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+    auto slash = path.rfind('/');
+    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id", "host_path", "path"});
+    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto host_path = args.required_string("host_path");
+    files::HostDirs dirs(env.config.allow_host_dirs);
+    dirs.locate(host_path);  // refuses early, with the allowed roots in the message
+    auto path = files::workspace_path(args.string("path").value_or(base_name(host_path)));
+    if (path == ".") throw ToolError("path names the workspace itself; name the file or directory to create inside it");
+    auto packed = files::pack_host_path(dirs, host_path, path, sandbox::sandbox_uid, transfer_limits(env.config));
+    co_await env.docker.put_archive(box->container_id(), sandbox::workspace_dir, std::move(packed.tar));
+    json::Writer w;
+    w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
+    w.field("bytes", packed.bytes).key("skipped").begin_array();
+    for (const auto& skipped : packed.skipped) w.value(skipped);
+    w.end_array().end_object();
+    co_return structured(w.take());
+}
+
+asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element arguments, Context) {
+    Args args(arguments, {"sandbox_id", "path", "host_path"});
+    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto path = files::workspace_path(args.required_string("path"));
+    auto host_path = args.required_string("host_path");
+    files::HostDirs dirs(env.config.allow_host_dirs);
+    dirs.locate(host_path);
+    auto limits = transfer_limits(env.config);
+    // Tar adds a header and padding per entry on top of the file data.
+    auto archive_limit = limits.max_bytes + limits.max_entries * 1536 + (1 << 20);
+    std::string archive;
+    try {
+        archive = co_await env.docker.get_archive(box->container_id(), fmt::format("{}/{}", sandbox::workspace_dir, path), archive_limit);
+    } catch (const docker::Error& e) {
+        if (e.status() == 404) throw ToolError(fmt::format("no such file or directory in the workspace: {}", path));
+        if (e.status() == 413) throw ToolError(fmt::format("{} is larger than the transfer limit of {} MiB", path, env.config.max_transfer_mb));
+        throw;
+    }
+    auto members = files::read_tar(archive, limits);
+    auto written = files::unpack_to_host(dirs, members, host_path, limits);
+    json::Writer w;
+    w.begin_object().field("host_path", host_path).field("files", written.files).field("directories", written.directories);
+    w.field("bytes", written.bytes).end_object();
+    co_return structured(w.take());
+}
+
+// ---- schemas ------------------------------------------------------------------
+
+constexpr std::string_view sandbox_id_property = R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"})";
+
+std::string object_schema(std::string_view properties, std::string_view required) {
+    return fmt::format(R"({{"type": "object", "properties": {{{}}}, "required": [{}], "additionalProperties": false}})",
+                       properties, required);
+}
+
+} // namespace
+
+asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {
+    constexpr int max_images = 5;
+    constexpr std::uint64_t max_image_bytes = 2 << 20;
+    std::string script = R"SH(
+        find "$1" -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
+            -o -iname '*.webp' -o -iname '*.svg' \) -size -2049k -printf '%P\0' | head -z -n "$3")SH";
+    std::vector<std::string> script_args{sandbox::workspace_dir, fmt::format("{:.3f}", since), std::to_string(max_images)};
+    auto listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
+    std::vector<CollectedImage> images;
+    std::string_view rest = listing.stdout_text;
+    while (!rest.empty()) {
+        auto end = rest.find('\0');
+        std::string path(rest.substr(0, end));
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+        if (path.empty()) continue;
+        std::string cat = R"SH(cat -- "$1")SH";
+        std::vector<std::string> cat_args{path};
+        auto content = co_await sandbox_sh(box, std::move(cat), std::move(cat_args), std::string(), max_image_bytes);
+        auto mime = image_mime(path, content.stdout_text);
+        if (mime.empty() || content.status.truncated) continue;
+        images.push_back({path, mime, content.stdout_text.size(), base64::encode(content.stdout_text)});
+    }
+    co_return images;
+}
+
+std::vector<mcp::Tool> file_tools(Env env) {
+    std::vector<mcp::Tool> tools;
+    tools.push_back({
+        .name = "write_file",
+        .title = "Write a file",
+        .description = "Write a file in the sandbox's workspace (parent directories are created). Text by default; "
+                       "encoding base64 for binary content.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "path": {{"type": "string", "description": "Path relative to the workspace"}},
+            "content": {{"type": "string"}},
+            "encoding": {{"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8"}},
+            "mode": {{"type": "string", "pattern": "^[0-7]{{3,4}}$", "description": "Octal permissions, such as 755"}})",
+                                                  sandbox_id_property),
+                                      R"("sandbox_id", "path", "content")"),
+        .output_schema = object_schema(R"("path": {"type": "string"}, "bytes": {"type": "integer"})", R"("path", "bytes")"),
+        .handler = bind<write_file>(env),
+    });
+    tools.push_back({
+        .name = "read_file",
+        .title = "Read a file",
+        .description = "Read a file from the sandbox's workspace: text as text, images (PNG, JPEG, GIF, WebP, SVG) as "
+                       "image content, other binary data as base64.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "path": {{"type": "string", "description": "Path relative to the workspace"}},
+            "encoding": {{"type": "string", "enum": ["utf-8", "base64"], "description": "Force text or base64; default: by content"}},
+            "max_bytes": {{"type": "integer", "minimum": 1, "description": "Read at most this many bytes; default 1 MiB"}})",
+                                                  sandbox_id_property),
+                                      R"("sandbox_id", "path")"),
+        .output_schema = object_schema(R"("path": {"type": "string"}, "size": {"type": "integer"},
+            "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"},
+            "mime": {"type": "string"}, "truncated": {"type": "boolean"})",
+                                       R"("path", "size", "encoding", "truncated")"),
+        .read_only = true, .idempotent = true,
+        .handler = bind<read_file>(env),
+    });
+    tools.push_back({
+        .name = "list_files",
+        .title = "List files",
+        .description = "List a directory of the sandbox's workspace: name, type, size, mode and modification time.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "path": {{"type": "string", "default": ".", "description": "Directory relative to the workspace"}},
+            "recursive": {{"type": "boolean", "default": false}},
+            "max_entries": {{"type": "integer", "minimum": 1, "default": 1000}})",
+                                                  sandbox_id_property),
+                                      R"("sandbox_id")"),
+        .output_schema = object_schema(R"("path": {"type": "string"}, "truncated": {"type": "boolean"},
+            "entries": {"type": "array", "items": {"type": "object", "properties": {
+                "path": {"type": "string"}, "type": {"type": "string", "enum": ["file", "directory", "symlink", "other"]},
+                "size": {"type": "integer"}, "mode": {"type": "string"}, "mtime": {"type": "number"}},
+                "required": ["path", "type", "size", "mode", "mtime"]}})",
+                                       R"("path", "entries", "truncated")"),
+        .read_only = true, .idempotent = true,
+        .handler = bind<list_files>(env),
+    });
+    tools.push_back({
+        .name = "upload_file",
+        .title = "Upload from the host",
+        .description = "Copy a host file or a whole directory (a project) into the sandbox's workspace. Only host "
+                       "directories the operator allowed with --allow-host-dir can be read; symlinks and special "
+                       "files inside are skipped.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "host_path": {{"type": "string", "description": "Absolute host path inside an allowed directory"}},
+            "path": {{"type": "string", "description": "Destination relative to the workspace; default: the host name"}})",
+                                                  sandbox_id_property),
+                                      R"("sandbox_id", "host_path")"),
+        .output_schema = object_schema(R"("path": {"type": "string"}, "files": {"type": "integer"},
+            "directories": {"type": "integer"}, "bytes": {"type": "integer"},
+            "skipped": {"type": "array", "items": {"type": "string"}})",
+                                       R"("path", "files", "directories", "bytes", "skipped")"),
+        .open_world = false,
+        .handler = bind<upload_file>(env),
+    });
+    tools.push_back({
+        .name = "download_file",
+        .title = "Download to the host",
+        .description = "Copy a file or directory from the sandbox's workspace to the host, into a directory the "
+                       "operator allowed with --allow-host-dir. Archives with links or special files are refused.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "path": {{"type": "string", "description": "Path relative to the workspace"}},
+            "host_path": {{"type": "string", "description": "Absolute host destination inside an allowed directory"}})",
+                                                  sandbox_id_property),
+                                      R"("sandbox_id", "path", "host_path")"),
+        .output_schema = object_schema(R"("host_path": {"type": "string"}, "files": {"type": "integer"},
+            "directories": {"type": "integer"}, "bytes": {"type": "integer"})",
+                                       R"("host_path", "files", "directories", "bytes")"),
+        .destructive = true,
+        .handler = bind<download_file>(env),
+    });
+    tools.push_back({
+        .name = "clean_workspace",
+        .title = "Empty the workspace",
+        .description = "Delete every file in the sandbox's workspace; the sandbox keeps running.",
+        .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
+        .output_schema = object_schema(R"("sandbox_id": {"type": "string"}, "cleaned": {"type": "boolean"})",
+                                       R"("sandbox_id", "cleaned")"),
+        .destructive = true, .idempotent = true,
+        .handler = bind<clean_workspace>(env),
+    });
+    return tools;
+}
+
+} // namespace cubicle::tools
