@@ -48,7 +48,10 @@ MANAGED_LABEL = "io.cubicle.managed"
 INSTANCE_LABEL = "io.cubicle.instance"
 SANDBOX_LABEL = "io.cubicle.sandbox"
 
-TOOL_NAMES = {"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox"}
+TOOL_NAMES = {
+    "initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
+    "write_file", "read_file", "list_files", "upload_file", "download_file", "clean_workspace",
+}
 
 _LOG_DIR = Path(tempfile.mkdtemp(prefix="cubicle-test-logs-"))
 _SERVER_LOGS: list[Path] = []

@@ -403,15 +403,20 @@ asio::awaitable<void> Client::pull_image(std::string image) {
     }
 }
 
-asio::awaitable<DaemonInfo> Client::info() {
-    auto res = check(co_await request("GET", "/info"), "reading daemon info failed");
+DaemonInfo parse_daemon_info(std::string_view info_json) {
     DaemonInfo out;
-    out.api_version = impl_->api_version;
     json::Document doc;
     simdjson::dom::object runtimes;
-    if (!doc.parse(res.body) && doc.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
+    if (!doc.parse(std::string(info_json)) && doc.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
         for (auto [key, value] : runtimes) out.runtimes.emplace_back(key);
     }
+    return out;
+}
+
+asio::awaitable<DaemonInfo> Client::info() {
+    auto res = check(co_await request("GET", "/info"), "reading daemon info failed");
+    auto out = parse_daemon_info(res.body);
+    out.api_version = impl_->api_version;
     co_return out;
 }
 

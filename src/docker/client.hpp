@@ -113,6 +113,9 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Reads the parts of GET /info that cubicle uses.
+DaemonInfo parse_daemon_info(std::string_view info_json);
+
 // Percent-encodes a query parameter value.
 std::string url_encode(std::string_view text);
 

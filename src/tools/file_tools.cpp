@@ -31,6 +31,15 @@ files::Limits transfer_limits(const Config& config) {
     return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
 }
 
+// Shell lines that refuse a path ($1) which, through symbolic links inside the
+// sandbox, leads out of the workspace.
+constexpr std::string_view inside_workspace_check = R"SH(
+        case "$(realpath -m -- "$1")" in
+            /workspace|/workspace/*) ;;
+            *) echo "$1 leads outside the workspace through a symbolic link" >&2; exit 2 ;;
+        esac
+)SH";
+
 // Runs a short shell script in the workspace as the sandbox user; a non-zero
 // exit becomes a ToolError carrying what the script said on stderr.
 asio::awaitable<sandbox::ExecResult> sandbox_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
@@ -98,7 +107,8 @@ asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments
     if (content.size() > limit) throw ToolError(fmt::format("content is {} bytes; the limit is {} bytes", content.size(), limit));
     std::uint64_t bytes = content.size();
     // Arguments are named, not braced inside co_await: GCC 12 mishandles such temporaries.
-    std::string script = R"SH(set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"; if [ -n "$2" ]; then chmod -- "$2" "$1"; fi)SH";
+    std::string script = std::string(inside_workspace_check) +
+                         R"SH(set -e; mkdir -p -- "$(dirname -- "$1")"; cat > "$1"; if [ -n "$2" ]; then chmod -- "$2" "$1"; fi)SH";
     std::vector<std::string> script_args{path, mode};
     co_await sandbox_sh(box, std::move(script), std::move(script_args), std::move(content), 64 * 1024);
     json::Writer w;
@@ -119,10 +129,11 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
     auto limit = transfer_limits(env.config).max_bytes;
     auto max_bytes = static_cast<std::uint64_t>(args.integer("max_bytes", 1, static_cast<std::int64_t>(limit)).value_or(
         static_cast<std::int64_t>(std::min(default_read_bytes, limit))));
-    std::string script = R"SH(
+    std::string script = std::string(inside_workspace_check) + R"SH(
         if [ -d "$1" ]; then echo "$1 is a directory; use list_files" >&2; exit 2; fi
         if [ ! -e "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
         if [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 2; fi
+        if [ ! -r "$1" ]; then echo "$1 is not readable by the sandbox user" >&2; exit 2; fi
         wc -c < "$1" && head -c "$2" -- "$1")SH";
     std::vector<std::string> script_args{path, std::to_string(max_bytes)};
     auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
@@ -167,7 +178,8 @@ asio::awaitable<ToolResult> list_files(Env env, simdjson::dom::element arguments
     auto path = files::workspace_path(args.string("path").value_or("."));
     bool recursive = args.boolean("recursive").value_or(false);
     auto max_entries = args.integer("max_entries", 1, 100000).value_or(1000);
-    std::string script = R"SH(
+    std::string script = std::string(inside_workspace_check) + R"SH(
+        if [ -L "$1" ]; then echo "$1 is a symbolic link, not a directory" >&2; exit 2; fi
         if [ ! -d "$1" ]; then echo "not a directory in the workspace: $1" >&2; exit 2; fi
         find "$1" -mindepth 1 -maxdepth "$3" -printf '%y\t%s\t%m\t%T@\t%P\0' | head -z -n "$2")SH";
     std::vector<std::string> script_args{path, std::to_string(max_entries + 1), recursive ? "4096" : "1"};
@@ -215,7 +227,10 @@ asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element argu
     Args args(arguments, {"sandbox_id"});
     auto id = args.required_string("sandbox_id");
     auto box = env.manager.get(id);
-    auto script = fmt::format("find {} -mindepth 1 -delete", sandbox::workspace_dir);
+    // Directories the code made read-only would stop the delete; their owner may reopen them.
+    auto script = fmt::format("chmod -R u+rwx {0} 2>/dev/null; find {0} -mindepth 1 -delete 2>&1 >/dev/null | head -5 >&2; "
+                              "[ -z \"$(ls -A {0})\" ] || {{ echo 'some files could not be deleted' >&2; exit 1; }}",
+                              sandbox::workspace_dir);
     co_await sandbox_sh(box, std::move(script), std::vector<std::string>(), std::string(), 64 * 1024);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("cleaned", true).end_object();

@@ -113,6 +113,12 @@ async def test_tools_list_exact_and_strict(srv):
         "run_command": {"sandbox_id", "command"},
         "get_sandbox_status": set(),
         "stop_sandbox": {"sandbox_id"},
+        "write_file": {"sandbox_id", "path", "content"},
+        "read_file": {"sandbox_id", "path"},
+        "list_files": {"sandbox_id"},
+        "upload_file": {"sandbox_id", "host_path"},
+        "download_file": {"sandbox_id", "path", "host_path"},
+        "clean_workspace": {"sandbox_id"},
     }
     problems: list[str] = []
     for name, tool in tools.items():
