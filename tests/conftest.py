@@ -51,6 +51,7 @@ SANDBOX_LABEL = "io.cubicle.sandbox"
 TOOL_NAMES = {
     "initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
     "write_file", "read_file", "list_files", "upload_file", "download_file", "clean_workspace",
+    "install_package",
 }
 
 _LOG_DIR = Path(tempfile.mkdtemp(prefix="cubicle-test-logs-"))

@@ -58,7 +58,7 @@ namespace {
 // stream stays private), a final bare expression is echoed like a REPL,
 // tracebacks start at the user's code, and processes a cell forks end with it.
 constexpr std::string_view python_driver = R"PY(
-import ast, os, struct, sys, traceback
+import ast, importlib, os, site, struct, sys, traceback
 def _cubicle():
     cells = os.fdopen(os.dup(0), 'rb', buffering=0)
     null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
@@ -79,6 +79,10 @@ def _cubicle():
         size, flags = struct.unpack('>IB', header)
         code = read(size).decode('utf-8', 'replace')
         status = 0
+        user_site = site.getusersitepackages()  # packages installed since start-up become importable
+        if user_site not in sys.path and os.path.isdir(user_site):
+            site.addsitedir(user_site)
+            importlib.invalidate_caches()
         try:
             tree = ast.parse(code, '<cell>', 'exec')
             last = None

@@ -71,6 +71,12 @@ public:
     // Starts the interpreter for `language` ahead of its first cell.
     void prewarm(const std::string& language);
 
+    // Install requirements.txt / package.json before runs when they change.
+    bool auto_install() const { return auto_install_; }
+    void set_auto_install(bool on) { auto_install_ = on; }
+    const std::string& dependencies_fingerprint() const { return dependencies_fingerprint_; }
+    void set_dependencies_fingerprint(std::string fingerprint) { dependencies_fingerprint_ = std::move(fingerprint); }
+
     bool stateful() const { return stateful_; }
     void set_stateful(bool stateful) { stateful_ = stateful; }
 
@@ -102,6 +108,8 @@ private:
     std::shared_ptr<Pending> hello_;
     std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
     bool stateful_ = true;
+    bool auto_install_ = true;
+    std::string dependencies_fingerprint_;
     std::string agent_log_;
 };
 

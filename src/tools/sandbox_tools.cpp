@@ -13,6 +13,7 @@
 #include "docker/client.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
+#include "tools/progress.hpp"
 #include "tools/support.hpp"
 
 namespace cubicle::tools {
@@ -22,38 +23,6 @@ namespace asio = boost::asio;
 using mcp::RequestContext;
 using mcp::ToolResult;
 using sandbox::Sandbox;
-
-// Forwards output to the client as progress notifications the moment it
-// arrives, cutting only at UTF-8 character boundaries.
-class ProgressStream {
-public:
-    explicit ProgressStream(Context context) : context_(std::move(context)) {}
-
-    void output(docker::StreamKind kind, std::string_view data) {
-        if (!context_->wants_progress()) return;
-        auto& carry = carry_[kind == docker::StreamKind::stderr_ ? 1 : 0];
-        carry.append(data);
-        std::size_t complete = json::complete_utf8_prefix(carry);
-        if (complete == 0) return;
-        progress_ += static_cast<double>(complete);
-        context_->progress(progress_, std::string_view(carry).substr(0, complete));
-        carry.erase(0, complete);
-    }
-
-    void note(std::string_view message) {
-        progress_ += 1;
-        context_->progress(progress_, message);
-    }
-
-    sandbox::OutputSink sink(std::shared_ptr<ProgressStream> self) {
-        return [self](docker::StreamKind kind, std::string_view data) { self->output(kind, data); };
-    }
-
-private:
-    Context context_;
-    std::string carry_[2];
-    double progress_ = 0;
-};
 
 int exit_code_of(const sandbox::agent::ExitStatus& status) {
     return status.signal ? 128 + status.signal : status.exit_code;
@@ -79,7 +48,8 @@ void write_exec_fields(json::Writer& w, const sandbox::ExecResult& result) {
 // ---- initialize_sandbox ----------------------------------------------------
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu", "auto_install"});
+    bool auto_install = args.boolean("auto_install").value_or(true);
     bool stateful = args.boolean("stateful").value_or(true);
     sandbox::SandboxSpec spec;
     spec.image = args.string("image").value_or("");
@@ -100,6 +70,7 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
         co_return ToolResult{};
     }
     box->set_stateful(stateful);
+    box->set_auto_install(auto_install);
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
@@ -139,6 +110,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     std::exception_ptr failure;
     try {
         if (!context->cancelled()) {
+            if (!throwaway) co_await install_workspace_dependencies(env, box, context);
             auto progress = std::make_shared<ProgressStream>(context);
             // A throwaway sandbox lives for one program, so its (possibly pre-started)
             // interpreter is as fresh as a new process.
@@ -194,6 +166,7 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
     auto commands = args.strings("command");
     if (!commands) throw ToolError("argument 'command' is required (a shell command or a list of them)");
     auto timeout = timeout_ms(args, env.config);
+    co_await install_workspace_dependencies(env, box, context);
     json::Writer w;
     w.begin_object().key("results").begin_array();
     for (auto& command : *commands) {
@@ -299,7 +272,8 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
             "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}"}},
             "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
             "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}},
-            "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs ; needs the NVIDIA container runtime on the host"}})",
+            "auto_install": {{"type": "boolean", "default": true, "description": "Before running code, install requirements.txt / package.json from the workspace when they changed; sandboxes with network only"}},
+            "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs; needs the NVIDIA container runtime on the host"}})",
                                                   config.default_image, config.memory_mb, config.cpus),
                                       ""),
         .output_schema = object_schema(R"(
@@ -381,6 +355,7 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
         .handler = bind<stop_sandbox>(env),
     });
     for (auto& tool : file_tools(env)) tools.push_back(std::move(tool));
+    for (auto& tool : package_tools(env)) tools.push_back(std::move(tool));
     return tools;
 }
 

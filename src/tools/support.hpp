@@ -60,4 +60,12 @@ boost::asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std:
 // The file tools (file_tools.cpp).
 std::vector<mcp::Tool> file_tools(Env env);
 
+// install_package (package_tools.cpp).
+std::vector<mcp::Tool> package_tools(Env env);
+
+// Installs requirements.txt / package.json when they changed since the last
+// install, in sandboxes with network and auto_install on. Throws ToolError
+// with the installer's output when it fails.
+boost::asio::awaitable<void> install_workspace_dependencies(Env env, std::shared_ptr<sandbox::Sandbox> box, Context context);
+
 } // namespace cubicle::tools

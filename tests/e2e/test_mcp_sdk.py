@@ -119,6 +119,7 @@ async def test_tools_list_exact_and_strict(srv):
         "upload_file": {"sandbox_id", "host_path"},
         "download_file": {"sandbox_id", "path", "host_path"},
         "clean_workspace": {"sandbox_id"},
+        "install_package": {"sandbox_id", "packages"},
     }
     problems: list[str] = []
     for name, tool in tools.items():

@@ -196,7 +196,7 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
                                                "stop_sandbox", "write_file", "read_file", "list_files",
-                                               "upload_file", "download_file", "clean_workspace"}));
+                                               "upload_file", "download_file", "clean_workspace", "install_package"}));
 }
 
 } // namespace
