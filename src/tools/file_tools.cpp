@@ -291,13 +291,6 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
 
 // ---- schemas ------------------------------------------------------------------
 
-constexpr std::string_view sandbox_id_property = R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"})";
-
-std::string object_schema(std::string_view properties, std::string_view required) {
-    return fmt::format(R"({{"type": "object", "properties": {{{}}}, "required": [{}], "additionalProperties": false}})",
-                       properties, required);
-}
-
 } // namespace
 
 asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {

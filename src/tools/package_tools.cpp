@@ -93,11 +93,6 @@ asio::awaitable<ToolResult> install_package(Env env, simdjson::dom::element argu
     co_return result;
 }
 
-std::string object_schema(std::string_view properties, std::string_view required) {
-    return fmt::format(R"({{"type": "object", "properties": {{{}}}, "required": [{}], "additionalProperties": false}})",
-                       properties, required);
-}
-
 } // namespace
 
 asio::awaitable<void> install_workspace_dependencies(Env env, std::shared_ptr<Sandbox> box, Context context) {
@@ -139,7 +134,7 @@ std::vector<mcp::Tool> package_tools(Env env) {
         .title = "Install packages",
         .description = "Install Python (pip, into the sandbox user's site) or Node (npm, into /workspace/node_modules) "
                        "packages in a sandbox; output streams as progress. Needs a sandbox created with network: true.",
-        .input_schema = object_schema(R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"},
+        .input_schema = object_schema(std::string(sandbox_id_property) + R"(,
             "packages": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Package names or requirement specifiers"},
             "manager": {"type": "string", "enum": ["pip", "npm"], "default": "pip"})",
                                       R"("sandbox_id", "packages")"),

@@ -233,13 +233,6 @@ constexpr std::string_view exec_result_properties = R"(
         "timed_out": {"type": "boolean", "description": "Killed (with all its processes) at the timeout"},
         "truncated": {"type": "boolean", "description": "Output went past the cap and was cut"})";
 
-std::string object_schema(std::string_view properties, std::string_view required) {
-    return fmt::format(R"({{"type": "object", "properties": {{{}}}, "required": [{}], "additionalProperties": false}})",
-                       properties, required);
-}
-
-constexpr std::string_view sandbox_id_property =
-    R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"})";
 constexpr std::string_view timeout_property =
     R"("timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Kill the program (and every process it started) after this many seconds"})";
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -26,6 +27,15 @@ struct Env {
 using Context = std::shared_ptr<mcp::RequestContext>;
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
+
+// A strict JSON Schema object: `properties` and `required` are JSON fragments.
+inline std::string object_schema(std::string_view properties, std::string_view required) {
+    return "{\"type\": \"object\", \"properties\": {" + std::string(properties) + "}, \"required\": [" +
+           std::string(required) + "], \"additionalProperties\": false}";
+}
+
+inline constexpr std::string_view sandbox_id_property =
+    R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"})";
 
 // Docker failures (daemon down, image refused) are results the model can act on.
 template <auto Handler>
