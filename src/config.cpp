@@ -75,6 +75,12 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_transfer_mb = parse_number("--max-transfer-mb", v, 1, 1 << 20); }},
         {"--max-transfer-entries", "CUBICLE_MAX_TRANSFER_ENTRIES", "N", "most files and directories in one transfer",
          [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
+        {"--executor", "CUBICLE_EXECUTOR", "KIND",
+         "agent (default; falls back to exec where the agent cannot run) or exec",
+         [](Config& c, std::string_view v) {
+             if (v != "agent" && v != "exec") throw std::invalid_argument(fmt::format("--executor must be agent or exec, not '{}'", v));
+             c.executor = v;
+         }},
         {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
         {"--pool-refill", "CUBICLE_POOL_REFILL", "N", "warm sandboxes started at once when refilling",

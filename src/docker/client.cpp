@@ -90,6 +90,13 @@ public:
         asio::co_spawn(socket_.get_executor(), drain(), asio::detached);
     }
 
+    void close_write() override {
+        queue_.push_back(std::string(end_of_input));
+        if (writing_) return;
+        writing_ = true;
+        asio::co_spawn(socket_.get_executor(), drain(), asio::detached);
+    }
+
     void close() override {
         boost::system::error_code ignored;
         socket_.shutdown(Socket::shutdown_both, ignored);
@@ -101,6 +108,11 @@ private:
         while (!queue_.empty()) {
             std::string data = std::move(queue_.front());
             queue_.pop_front();
+            if (data == end_of_input) {
+                boost::system::error_code ignored;
+                socket_.shutdown(Socket::shutdown_send, ignored);
+                continue;
+            }
             auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(data), use_tuple);
             if (ec) {
                 queue_.clear();
@@ -109,6 +121,9 @@ private:
         }
         writing_ = false;
     }
+
+    // Queued in place of data to mark where the sending side ends.
+    static constexpr std::string_view end_of_input{"\0cubicle-end-of-input\0", 23};
 
     Socket socket_;
     std::string leftover_;
@@ -344,25 +359,55 @@ asio::awaitable<std::string> Client::get_archive(std::string id, std::string pat
         .body;
 }
 
-asio::awaitable<std::unique_ptr<RawStream>> Client::attach(std::string id) {
+asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, std::string body, std::string what) {
     Socket socket = co_await impl_->open();
-    auto req = impl_->make_request(http::verb::post, "/v" + impl_->api_version + "/containers/" + id +
-                                                         "/attach?stream=1&stdin=1&stdout=1&stderr=1");
+    auto req = impl_->make_request(http::verb::post, "/v" + impl_->api_version + target);
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "tcp");
+    if (!body.empty()) {
+        req.set(http::field::content_type, "application/json");
+        req.body() = std::move(body);
+    }
     req.prepare_payload();
     auto [wec, wn] = co_await http::async_write(socket, req, use_tuple);
-    if (wec) throw Error(0, "attaching to the container failed: " + wec.message());
+    if (wec) throw Error(0, fmt::format("{} failed: {}", what, wec.message()));
     beast::flat_buffer buffer;
     http::response_parser<http::empty_body> parser;
     auto [rec, rn] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
-    if (rec) throw Error(0, "attaching to the container failed: " + rec.message());
+    if (rec) throw Error(0, fmt::format("{} failed: {}", what, rec.message()));
     unsigned status = parser.get().result_int();
-    if (status != 101 && status != 200) throw Error(status, fmt::format("attaching to the container failed (HTTP {})", status));
+    if (status != 101 && status != 200) throw Error(status, fmt::format("{} failed (HTTP {})", what, status));
     // Bytes of the raw stream may already sit behind the header in the buffer.
     auto data = buffer.data();
     std::string leftover(static_cast<const char*>(data.data()), data.size());
     co_return std::make_unique<HijackedStream>(std::move(socket), std::move(leftover));
+}
+
+asio::awaitable<std::unique_ptr<RawStream>> Client::attach(std::string id) {
+    co_return co_await hijack("/containers/" + id + "/attach?stream=1&stdin=1&stdout=1&stderr=1", {},
+                              "attaching to the container");
+}
+
+asio::awaitable<std::string> Client::exec_create(std::string id, std::string config_json) {
+    auto res = check(co_await request("POST", "/containers/" + id + "/exec", std::move(config_json)), "creating an exec failed");
+    json::Document doc;
+    std::string_view exec_id;
+    if (doc.parse(res.body) || doc.root()["Id"].get(exec_id) != simdjson::SUCCESS) {
+        throw Error(res.status, "the Docker daemon returned no exec id");
+    }
+    co_return std::string(exec_id);
+}
+
+asio::awaitable<std::unique_ptr<RawStream>> Client::exec_start(std::string exec_id) {
+    co_return co_await hijack("/exec/" + exec_id + "/start", R"({"Detach": false, "Tty": false})", "starting an exec");
+}
+
+asio::awaitable<int> Client::exec_exit_code(std::string exec_id) {
+    auto res = check(co_await request("GET", "/exec/" + exec_id + "/json"), "inspecting an exec failed");
+    json::Document doc;
+    std::int64_t code = -1;
+    if (doc.parse(res.body) || doc.root()["ExitCode"].get(code) != simdjson::SUCCESS) code = -1;
+    co_return static_cast<int>(code);
 }
 
 asio::awaitable<std::optional<ImageInfo>> Client::inspect_image(std::string image) {

@@ -48,6 +48,8 @@ public:
     virtual asio::awaitable<std::size_t> read_some(char* data, std::size_t size) = 0;
     // Queues `data` for writing; writes happen in order and never interleave.
     virtual void send(std::string data) = 0;
+    // Ends the sending side once everything queued is written (the process sees EOF on stdin).
+    virtual void close_write() = 0;
     virtual void close() = 0;
 };
 
@@ -91,6 +93,11 @@ public:
     asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
     // Throws Error when the archive is larger than `max_bytes`.
     asio::awaitable<std::string> get_archive(std::string id, std::string path, std::uint64_t max_bytes);
+    // Runs a process in a running container (the fallback when the agent cannot run):
+    // create, then start over a hijacked connection, then read its exit code.
+    asio::awaitable<std::string> exec_create(std::string id, std::string config_json);
+    asio::awaitable<std::unique_ptr<RawStream>> exec_start(std::string exec_id);
+    asio::awaitable<int> exec_exit_code(std::string exec_id);
     // Attaches to stdin/stdout/stderr of a created or running container.
     asio::awaitable<std::unique_ptr<RawStream>> attach(std::string id);
     // nullopt when the image is not present locally.
@@ -109,6 +116,9 @@ public:
                                       std::uint64_t max_body = std::uint64_t(1) << 31);
 
 private:
+    // POSTs to `target` asking for an upgrade and returns the raw connection.
+    asio::awaitable<std::unique_ptr<RawStream>> hijack(std::string target, std::string body, std::string what);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

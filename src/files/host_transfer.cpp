@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include <dirent.h>
@@ -84,7 +85,8 @@ int open_beneath(int dirfd, const std::string& path, std::uint64_t flags, std::u
 std::string resolve_error(const std::string& shown, int err) {
     switch (err) {
     case ENOENT: return fmt::format("'{}' does not exist", shown);
-    case EXDEV: return fmt::format("'{}' resolves outside its allowed directory (through a symbolic link); refusing it", shown);
+    case EXDEV:
+        return fmt::format("'{}' resolves outside its allowed directory (through a symbolic link); refusing it", shown);
     case ELOOP: return fmt::format("'{}' goes through a symbolic link; refusing to follow it", shown);
     case ENOTDIR: return fmt::format("a component of '{}' is not a directory", shown);
     default: return fmt::format("cannot open '{}': {}", shown, errno_text(err));
@@ -307,7 +309,8 @@ std::vector<TarMember> read_tar(std::string_view archive, const Limits& limits) 
         member.path = normalise_member_path(pending.path.value_or(raw_name));
         member.type = type;
         member.mode = static_cast<unsigned>(parse_number(header.substr(100, 8), header_pos, "mode") & 07777);
-        member.mtime = pending.mtime.value_or(static_cast<std::int64_t>(parse_number(header.substr(136, 12), header_pos, "mtime")));
+        auto mtime = static_cast<std::int64_t>(parse_number(header.substr(136, 12), header_pos, "mtime"));
+        member.mtime = pending.mtime.value_or(mtime);
         member.link_target = pending.link.value_or(std::string(c_string(header.substr(157, 100))));
         if (type == EntryType::file) {
             member.size = size;
@@ -362,72 +365,70 @@ namespace {
 
 class Packer {
 public:
-    Packer(const Limits& limits, unsigned owner) : limits_(limits), owner_(owner) {}
+    Packer(const Limits& limits, unsigned owner, std::string host_path)
+        : limits_(limits), owner_(owner), host_path_(std::move(host_path)) {}
 
     void add_directory(const std::string& name, unsigned mode, std::int64_t mtime) {
         count_entry();
         append_entry(result_.tar, name + "/", '5', {}, (mode & 0777) | 0755, owner_, mtime);
     }
 
-    void add_file(const std::string& name, int fd, const struct stat& st, const std::string& shown) {
+    void add_file(const std::string& name, int fd, const struct stat& st, const std::string& relative) {
         count_entry();
         auto budget = limits_.max_bytes - result_.bytes;
-        if (static_cast<std::uint64_t>(st.st_size) > budget) too_many_bytes();
-        auto data = read_bounded(fd, budget, shown);
+        if (static_cast<std::uint64_t>(st.st_size) > budget) too_many_bytes();  // before reading anything
+        auto data = read_bounded(fd, budget, relative);
         append_entry(result_.tar, name, '0', data, st.st_mode & 0777, owner_, st.st_mtime);
         result_.files += 1;
         result_.bytes += data.size();
     }
 
-    // Copies the directory `dir` (an fd we own) as `name`; `relative` is its path below host_path.
-    void walk(Fd dir, const std::string& name, const std::string& relative, const std::string& shown) {
-        DIR* stream = ::fdopendir(dir.get());
-        if (!stream) refuse(fmt::format("cannot read directory '{}': {}", shown, errno_text(errno)));
+    // Copies the directory open as `dir` under the archive name `name`; `relative` is its path below host_path.
+    void walk(Fd dir, const std::string& name, const std::string& relative) {
+        std::unique_ptr<DIR, int (*)(DIR*)> stream(::fdopendir(dir.get()), ::closedir);
+        if (!stream) refuse(fmt::format("cannot read directory '{}': {}", shown(relative), errno_text(errno)));
         dir.release();
         std::vector<std::string> entries;
-        while (auto* entry = ::readdir(stream)) {
+        while (auto* entry = ::readdir(stream.get())) {
             std::string_view entry_name = entry->d_name;
             if (entry_name != "." && entry_name != "..") entries.emplace_back(entry_name);
         }
         std::sort(entries.begin(), entries.end());  // reproducible archives
-        int dirfd = ::dirfd(stream);
-        try {
-            for (const auto& entry : entries) visit(dirfd, entry, name + "/" + entry, join_relative(relative, entry), shown + "/" + entry);
-        } catch (...) {
-            ::closedir(stream);
-            throw;
-        }
-        ::closedir(stream);
+        for (const auto& entry : entries)
+            visit(::dirfd(stream.get()), entry, name + "/" + entry, relative.empty() ? entry : relative + "/" + entry);
     }
 
-    PackResult& result() { return result_; }
+    PackResult take() {
+        result_.tar.append(2 * block, '\0');
+        return std::move(result_);
+    }
 
 private:
-    static std::string join_relative(const std::string& base, const std::string& name) {
-        return base.empty() ? name : base + "/" + name;
-    }
-
-    void visit(int dirfd, const std::string& entry, const std::string& name, const std::string& relative,
-               const std::string& shown) {
+    void visit(int dirfd, const std::string& entry, const std::string& name, const std::string& relative) {
         struct stat st{};
         if (::fstatat(dirfd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-            refuse(fmt::format("cannot inspect '{}': {}", shown, errno_text(errno)));
+            refuse(fmt::format("cannot inspect '{}': {}", shown(relative), errno_text(errno)));
         if (S_ISDIR(st.st_mode)) {
             Fd child(::openat(dirfd, entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-            if (child.get() < 0) refuse(fmt::format("cannot open directory '{}': {}", shown, errno_text(errno)));
+            if (child.get() < 0)
+                refuse(fmt::format("cannot open directory '{}': {}", shown(relative), errno_text(errno)));
             add_directory(name, st.st_mode, st.st_mtime);
             result_.directories += 1;
-            walk(std::move(child), name, relative, shown);
+            walk(std::move(child), name, relative);
         } else if (S_ISREG(st.st_mode)) {
             // O_NONBLOCK: should the file be swapped for a FIFO meanwhile, don't hang on it.
             Fd file(::openat(dirfd, entry.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
             struct stat now{};
             if (file.get() < 0 || ::fstat(file.get(), &now) != 0 || !S_ISREG(now.st_mode))
                 return result_.skipped.push_back(relative);  // replaced while we looked
-            add_file(name, file.get(), now, shown);
+            add_file(name, file.get(), now, relative);
         } else {
-            result_.skipped.push_back(relative);  // symlinks, devices, FIFOs, sockets
+            result_.skipped.push_back(relative);  // symlinks, devices, FIFOs, sockets: never followed
         }
+    }
+
+    std::string shown(const std::string& relative) const {
+        return relative.empty() ? host_path_ : host_path_ + "/" + relative;
     }
 
     void count_entry() {
@@ -440,21 +441,22 @@ private:
         refuse(fmt::format("more than {} bytes to copy; refusing (copy fewer or smaller files)", limits_.max_bytes));
     }
 
-    std::string read_bounded(int fd, std::uint64_t budget, const std::string& shown) const {
+    std::string read_bounded(int fd, std::uint64_t budget, const std::string& relative) const {
         std::string data;
         char buffer[65536];
         for (;;) {
             auto n = ::read(fd, buffer, sizeof buffer);
             if (n < 0 && errno == EINTR) continue;
-            if (n < 0) refuse(fmt::format("cannot read '{}': {}", shown, errno_text(errno)));
+            if (n < 0) refuse(fmt::format("cannot read '{}': {}", shown(relative), errno_text(errno)));
             if (n == 0) return data;
-            if (static_cast<std::uint64_t>(n) > budget - data.size()) too_many_bytes();  // grew meanwhile
+            if (static_cast<std::uint64_t>(n) > budget - data.size()) too_many_bytes();  // it grew meanwhile
             data.append(buffer, static_cast<std::size_t>(n));
         }
     }
 
     const Limits& limits_;
     unsigned owner_;
+    std::string host_path_;
     std::uint64_t entries_ = 0;
     PackResult result_;
 };
@@ -467,6 +469,7 @@ PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, co
     auto name = workspace_path(archive_root);
     if (name == ".") refuse("the destination in the sandbox must name a file or directory, not the workspace itself");
     Fd root_fd = open_root(root);
+    // Intermediate symlinks may be followed only while they stay inside the root; the last one never.
     constexpr std::uint64_t beneath = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     Fd target(open_beneath(root_fd.get(), relative, O_PATH | O_NOFOLLOW, beneath));
     if (target.get() < 0) refuse(resolve_error(host_path, errno));
@@ -477,7 +480,7 @@ PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, co
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
         refuse(fmt::format("host path '{}' is not a regular file or directory", host_path));
 
-    Packer packer(limits, owner);
+    Packer packer(limits, owner, host_path);
     auto parts = components(name);
     std::string parent;
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {  // parents of the destination, so the upload creates them
@@ -488,18 +491,18 @@ PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, co
         Fd dir(::openat(target.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
         if (dir.get() < 0) refuse(resolve_error(host_path, errno));
         packer.add_directory(name, st.st_mode, st.st_mtime);
-        packer.result().directories += 1;
-        packer.walk(std::move(dir), name, "", host_path);
+        packer.walk(std::move(dir), name, "");
     } else {
         // Reopen for reading, still beneath the root, and make sure it is the file we inspected.
         Fd file(open_beneath(root_fd.get(), relative, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, beneath));
         struct stat now{};
         if (file.get() < 0 || ::fstat(file.get(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
             refuse(fmt::format("host path '{}' changed while being copied; try again", host_path));
-        packer.add_file(name, file.get(), now, host_path);
+        packer.add_file(name, file.get(), now, "");
     }
-    packer.result().tar.append(2 * block, '\0');
-    return std::move(packer.result());
+    auto result = packer.take();
+    result.directories += S_ISDIR(st.st_mode) ? 1 : 0;
+    return result;
 }
 
 // ---------------------------------------------------------------- unpacking

@@ -19,6 +19,12 @@
 namespace cubicle::sandbox {
 namespace {
 
+// The agent did not start in a container (say, an image for another CPU).
+class AgentUnavailable : public ToolError {
+public:
+    using ToolError::ToolError;
+};
+
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
 // A container of another instance still in "created" this long, while that
 // instance runs no container at all, was abandoned between create and start.
@@ -105,12 +111,24 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
+    if (config_.executor == "agent" && !exec_only_images_.count(spec.image)) {
+        try {
+            co_return co_await launch_with(spec, true);
+        } catch (const AgentUnavailable& e) {
+            log::warning("the agent cannot run in image {} ({}); using Docker exec for it", spec.image, e.what());
+            exec_only_images_.insert(spec.image);
+        }
+    }
+    co_return co_await launch_with(std::move(spec), false);
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
     std::string sandbox_id = "sb-" + random_hex(6);
-    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id),
+    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent),
                                                                  "cubicle-" + sandbox_id);
     std::exception_ptr failure;
     try {
-        co_return co_await start(sandbox_id, container_id, spec);
+        co_return co_await start(sandbox_id, container_id, spec, agent);
     } catch (...) {
         failure = std::current_exception();
     }
@@ -122,13 +140,21 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
     std::rethrow_exception(failure);
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec) {
-    co_await docker_.put_archive(container_id, agent_dir, agent_archive());
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent) {
+    if (agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
     co_await docker_.put_archive(container_id, workspace_dir, workspace_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec), false);
-    co_await sandbox->connect(std::move(stream), agent_start_timeout);
+    if (!agent) {
+        sandbox->connect_exec(std::move(stream), docker_);
+        co_return sandbox;
+    }
+    try {
+        co_await sandbox->connect(std::move(stream), agent_start_timeout);
+    } catch (const ToolError& e) {
+        throw AgentUnavailable(e.what());
+    }
     log::debug("sandbox {} ready (container {})", sandbox_id, container_id.substr(0, 12));
     co_return sandbox;
 }

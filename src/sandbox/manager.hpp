@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +57,8 @@ private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
-    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec);
+    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
+    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent);
     asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
 
     asio::any_io_executor executor_;
@@ -66,6 +68,7 @@ private:
     std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
     std::size_t creating_ = 0;
     docker::DaemonInfo daemon_info_;
+    std::set<std::string> exec_only_images_;  // images the agent failed to start in
     Pool pool_;
 };
 

@@ -19,18 +19,24 @@ void ulimit(json::Writer& w, std::string_view name, std::int64_t value) {
 
 } // namespace
 
-std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id) {
+std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent) {
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
     // The agent is the main process, under Docker's init (Init: true) so that
     // orphaned grandchildren are reaped.
-    w.key("Entrypoint").begin_array().value(agent_path).end_array();
+    w.key("Entrypoint").begin_array();
+    if (agent) {
+        w.value(agent_path);
+    } else {
+        w.value("/bin/sh").value("-c").value("while read -r _; do :; done");
+    }
+    w.end_array();
     w.key("Cmd").begin_array().end_array();
     w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
     w.field("WorkingDir", workspace_dir);
-    // The agent reads requests on stdin; StdinOnce closes it when the server's
-    // attach connection drops, so a dead server's sandboxes stop by themselves.
+    // The main process reads stdin; StdinOnce closes it when the server's attach
+    // connection drops, so a dead server's sandboxes stop by themselves.
     w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
     w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
     // Only what is set here reaches the sandbox: the server's own environment never does.

@@ -29,7 +29,9 @@ struct SandboxSpec {
     std::vector<std::pair<std::string, std::string>> env;
 };
 
-// The JSON body of POST /containers/create for `spec`.
-std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id);
+// The JSON body of POST /containers/create for `spec`. Without `agent` the
+// main process is a shell that only waits for its stdin to close (exec fallback).
+std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
+                             bool agent = true);
 
 } // namespace cubicle::sandbox

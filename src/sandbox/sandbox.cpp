@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
+#include "common/json.hpp"
 #include "common/log.hpp"
 #include "sandbox/languages.hpp"
 
@@ -92,8 +93,101 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
     if (!hello->error.empty()) throw ToolError(hello->error);
 }
 
+void Sandbox::connect_exec(std::unique_ptr<docker::RawStream> stream, docker::Client& docker) {
+    stream_ = std::move(stream);
+    docker_ = &docker;
+    alive_ = true;
+    asio::co_spawn(executor_, read_loop(), asio::detached);
+}
+
+// Stops an exec-mode run at its timeout or cancellation: Docker cannot kill an
+// exec'd process (moby#35703), so the container goes.
+struct Sandbox::ExecWatch {
+    explicit ExecWatch(asio::any_io_executor executor) : timer(executor) {}
+    asio::steady_timer timer;
+    bool done = false;
+    bool cancelled = false;
+    bool fired = false;
+};
+
+asio::awaitable<void> Sandbox::watch_exec(std::shared_ptr<ExecWatch> watch) {
+    auto self = shared_from_this();
+    auto [ec] = co_await watch->timer.async_wait(use_tuple);
+    if (watch->done || (ec && !watch->cancelled)) co_return;
+    watch->fired = true;
+    try {
+        co_await docker_->kill_container(container_id_);
+    } catch (const std::exception& e) {
+        log::warning("sandbox {}: stopping the container at a timeout failed: {}", id_, e.what());
+    }
+}
+
+asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
+    json::Writer w;
+    w.begin_object().field("AttachStdin", !request.stdin_data.empty()).field("AttachStdout", true);
+    w.field("AttachStderr", true).field("Tty", false);
+    w.field("WorkingDir", request.cwd.empty() ? std::string(workspace_dir) : request.cwd);
+    w.key("Cmd").begin_array();
+    for (const auto& arg : request.argv) w.value(arg);
+    w.end_array().key("Env").begin_array();
+    for (const auto& var : request.env) w.value(var);
+    w.end_array().end_object();
+    auto exec_id = co_await docker_->exec_create(container_id_, w.take());
+    auto stream = co_await docker_->exec_start(exec_id);
+    if (!request.stdin_data.empty()) {
+        stream->send(std::move(request.stdin_data));
+        stream->close_write();
+    }
+    auto watch = std::make_shared<ExecWatch>(executor_);
+    watch->timer.expires_after(request.timeout_ms ? std::chrono::milliseconds(request.timeout_ms) : std::chrono::hours(24 * 365));
+    if (cancel) {
+        cancel->on_cancel([watch] {
+            watch->cancelled = true;
+            watch->timer.cancel();
+        });
+    }
+    asio::co_spawn(executor_, watch_exec(watch), asio::detached);
+    Pending output(executor_);
+    output.sink = std::move(sink);
+    output.max_output = request.max_output_bytes;
+    auto started = std::chrono::steady_clock::now();
+    docker::Demuxer demuxer;
+    std::string buffer(64 * 1024, '\0');
+    for (;;) {
+        std::size_t n = co_await stream->read_some(buffer.data(), buffer.size());
+        if (n == 0) break;
+        demuxer.feed(std::string_view(buffer.data(), n), [&](docker::StreamKind kind, std::string_view data) {
+            if (kind != docker::StreamKind::stdin_) deliver_output(output, kind == docker::StreamKind::stdout_, data);
+        });
+    }
+    watch->done = !watch->fired;
+    watch->timer.cancel();
+    auto& status = output.result.status;
+    if (watch->fired) {
+        shutdown(watch->cancelled ? "a run was cancelled, which stops the container in exec mode"
+                                  : "a run timed out, which stops the container in exec mode");
+        status.signal = 9;
+        status.exit_code = -1;
+        status.timed_out = !watch->cancelled;
+        output.result.cancelled = watch->cancelled;
+    } else {
+        status.exit_code = co_await docker_->exec_exit_code(exec_id);
+        if (status.exit_code > 128) {
+            status.signal = status.exit_code - 128;
+            status.exit_code = -1;
+        }
+    }
+    status.duration_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+    co_return std::move(output.result);
+}
+
 asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
+    if (!uses_agent()) {
+        for (const auto& [key, value] : spec_.env) request.env.insert(request.env.begin(), key + "=" + value);
+        co_return co_await run_exec(std::move(request), std::move(sink), std::move(cancel));
+    }
     std::uint32_t exec_id = next_exec_id_++;
     std::vector<std::string> env;
     for (const auto& [key, value] : spec_.env) env.push_back(key + "=" + value);
@@ -266,7 +360,7 @@ void Sandbox::dispatch(agent::Frame frame) {
 }
 
 void Sandbox::start_interpreter(const std::string& language, Interpreter& interpreter) {
-    if (interpreter.exec_id || !alive_) return;
+    if (interpreter.exec_id || !alive_ || !uses_agent()) return;
     auto request = interpreter_for(language);
     for (const auto& [key, value] : spec_.env) request.env.push_back(key + "=" + value);
     auto process = std::make_shared<Pending>(executor_);

@@ -54,6 +54,12 @@ public:
 
     // Takes over the attach stream and waits for the agent's hello.
     asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::chrono::milliseconds timeout);
+    // The fallback when the agent cannot run in the image: programs run through
+    // Docker exec, a timeout or cancellation stops the whole container, and
+    // there are no persistent interpreters. The attach stream only tells
+    // whether the container is alive.
+    void connect_exec(std::unique_ptr<docker::RawStream> stream, docker::Client& docker);
+    bool uses_agent() const { return docker_ == nullptr; }
 
     // Runs a program through the agent. Output goes to `sink` as it comes and is
     // collected (capped) in the result. `cancel` kills the process group.
@@ -86,6 +92,9 @@ public:
 private:
     struct Pending;
     struct Interpreter;
+    struct ExecWatch;
+    asio::awaitable<ExecResult> run_exec(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
+    asio::awaitable<void> watch_exec(std::shared_ptr<ExecWatch> watch);
     asio::awaitable<void> read_loop();
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
@@ -106,6 +115,7 @@ private:
     bool alive_ = false;
     std::string death_reason_;
     std::shared_ptr<Pending> hello_;
+    docker::Client* docker_ = nullptr;  // set in exec-fallback mode
     std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
     bool stateful_ = true;
     bool auto_install_ = true;

@@ -114,7 +114,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
             auto progress = std::make_shared<ProgressStream>(context);
             // A throwaway sandbox lives for one program, so its (possibly pre-started)
             // interpreter is as fresh as a new process.
-            bool use_interpreter = throwaway || (!fresh && box->stateful());
+            bool use_interpreter = box->uses_agent() && (throwaway || (!fresh && box->stateful()));
             if (use_interpreter && sandbox::has_interpreter(*language)) {
                 result = co_await box->run_cell(std::string(*language), std::move(code), !throwaway, timeout, env.config.max_output_bytes,
                                                 progress->sink(progress), context->cancellation());
@@ -195,7 +195,8 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
-    w.field("executor", "agent").field("stateful", box.stateful()).field("gpu", s.gpu);
+    w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
+    w.field("gpu", s.gpu);
     w.end_object();
 }
 
@@ -243,7 +244,7 @@ constexpr std::string_view sandbox_status_properties = R"(
         "image": {"type": "string"}, "age_s": {"type": "number"}, "network": {"type": "boolean"},
         "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
-        "executor": {"type": "string", "description": "How programs run: agent, the in-sandbox agent"},
+        "executor": {"type": "string", "enum": ["agent", "exec"], "description": "How programs run: agent, the in-sandbox agent; or exec, Docker exec where the agent cannot run in the image, with no persistent interpreters and a timeout that stops the sandbox"},
         "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})";
 
 } // namespace

@@ -152,3 +152,26 @@ async def test_process_group_is_killed_at_timeout():
         assert sc["timed_out"]
         r = await srv.sh(sid, "ps -eo comm | grep -c '^sleep' || true")
         assert r["stdout"].strip() == "0", r
+
+
+async def test_exec_fallback_runs_code_and_stops_the_sandbox_at_a_timeout():
+    # The executor used where the agent cannot run in an image; forced here.
+    async with start_server("--executor", "exec", "--pool-size", "0") as srv:
+        sc = await srv.ok("execute_code", {"code": "print(6 * 7)"})
+        assert sc["stdout"] == "42\n" and sc["exit_code"] == 0, sc
+        sb = await srv.new_sandbox(env={"GREETING": "hello"})
+        sid = sb["sandbox_id"]
+        status = (await srv.ok("get_sandbox_status", {"sandbox_id": sid}))["sandboxes"][0]
+        assert status["executor"] == "exec" and status["stateful"] is False, status
+        sc = await srv.ok("execute_code", {"code": "import os, sys\nprint(os.environ['GREETING'])\nsys.exit(3)", "sandbox_id": sid})
+        assert sc["stdout"] == "hello\n" and sc["exit_code"] == 3, sc
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "x.txt", "content": "data"})
+        r = await srv.sh(sid, "cat x.txt; echo err >&2")
+        assert r["stdout"] == "data" and r["stderr"] == "err\n", r
+        sc = await srv.ok("execute_code", {"code": "import time\nwhile True: time.sleep(1)", "sandbox_id": sid, "timeout_s": 1})
+        assert sc["timed_out"] and sc["exit_code"] == 137, sc
+        status = (await srv.ok("get_sandbox_status", {"sandbox_id": sid}))["sandboxes"][0]
+        assert status["state"] == "stopped", status
+        kind, text = await srv.tool_error("execute_code", {"code": "print(1)", "sandbox_id": sid})
+        assert "no longer running" in text, text
+        assert await async_wait_until(lambda: not docker_inspect(sb["container_id"])["State"]["Running"], 10)

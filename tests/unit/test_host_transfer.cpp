@@ -244,7 +244,7 @@ TEST(TarRead, GarbageThrows) {
 TEST(TarRead, HugeDeclaredSizesAreRefusedWithoutReading) {
     Limits unlimited{UINT64_MAX, UINT64_MAX};
     auto octal = raw_header("big", '0', "77777777777") + std::string(1024, '\0');
-    EXPECT_NE(error_of([&] { read_tar(octal, unlimited); }).find("truncated"), std::string::npos);
+    EXPECT_NE(error_of([&] { read_tar(octal, unlimited); }).find("truncated member data"), std::string::npos);
     EXPECT_NE(error_of([&] { read_tar(octal, {}); }).find("more than 268435456 bytes"), std::string::npos);
     auto base256 = raw_header("big", '0', std::string("\x80\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 12)) +
                    std::string(1024, '\0');
