@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
+#include "docker/tar.hpp"
 
 namespace cubicle::files {
 namespace {
@@ -216,57 +217,6 @@ std::string header_name(std::string_view header) {
     return std::string(name);
 }
 
-// ---------------------------------------------------------------- tar writing
-
-void put_octal(char* field, std::size_t width, std::uint64_t value) {
-    auto text = fmt::format("{:0{}o}", value, width - 1);  // width includes the NUL
-    std::memcpy(field, text.data(), std::min(text.size(), width - 1));
-}
-
-std::string pax_record(std::string_view key, std::string_view value) {
-    auto body = fmt::format(" {}={}\n", key, value);
-    // The length prefix counts its own digits.
-    std::size_t length = body.size() + 1;
-    while (std::to_string(length).size() + body.size() != length) ++length;
-    return std::to_string(length) + body;
-}
-
-void pad(std::string& out) { out.append((block - out.size() % block) % block, '\0'); }
-
-void append_header(std::string& out, std::string_view name, char type, std::uint64_t size, unsigned mode,
-                   unsigned owner, std::int64_t mtime) {
-    char header[block] = {};
-    std::memcpy(header, name.data(), std::min<std::size_t>(name.size(), 99));
-    put_octal(header + 100, 8, mode & 07777);
-    put_octal(header + 108, 8, owner);
-    put_octal(header + 116, 8, owner);
-    put_octal(header + 124, 12, size);
-    put_octal(header + 136, 12, static_cast<std::uint64_t>(std::clamp<std::int64_t>(mtime, 0, max_octal_11)));
-    header[156] = type;
-    std::memcpy(header + 257, "ustar", 6);
-    std::memcpy(header + 263, "00", 2);
-    std::memset(header + 148, ' ', 8);
-    unsigned sum = 0;
-    for (unsigned char c : header) sum += c;
-    put_octal(header + 148, 7, sum);
-    out.append(header, block);
-}
-
-// One member; names over 99 bytes and sizes over 8 GiB travel in a PAX header.
-void append_entry(std::string& out, const std::string& name, char type, std::string_view data, unsigned mode,
-                  unsigned owner, std::int64_t mtime) {
-    std::string pax;
-    if (name.size() > 99) pax += pax_record("path", name);
-    if (data.size() > max_octal_11) pax += pax_record("size", std::to_string(data.size()));
-    if (!pax.empty()) {
-        append_header(out, "././@PaxHeader", 'x', pax.size(), 0644, 0, mtime);
-        out += pax;
-        pad(out);
-    }
-    append_header(out, name, type, data.size() > max_octal_11 ? 0 : data.size(), mode, owner, mtime);
-    out += data;
-    pad(out);
-}
 
 } // namespace
 
@@ -370,7 +320,7 @@ public:
 
     void add_directory(const std::string& name, unsigned mode, std::int64_t mtime) {
         count_entry();
-        append_entry(result_.tar, name + "/", '5', {}, (mode & 0777) | 0755, owner_, mtime);
+        tar_.add({.name = name, .directory = true, .mode = (mode & 0777) | 0755, .uid = owner_, .gid = owner_, .mtime = mtime});
     }
 
     void add_file(const std::string& name, int fd, const struct stat& st, const std::string& relative) {
@@ -378,7 +328,8 @@ public:
         auto budget = limits_.max_bytes - result_.bytes;
         if (static_cast<std::uint64_t>(st.st_size) > budget) too_many_bytes();  // before reading anything
         auto data = read_bounded(fd, budget, relative);
-        append_entry(result_.tar, name, '0', data, st.st_mode & 0777, owner_, st.st_mtime);
+        tar_.add({.name = name, .content = data, .mode = static_cast<unsigned>(st.st_mode & 0777), .uid = owner_, .gid = owner_,
+                  .mtime = st.st_mtime});
         result_.files += 1;
         result_.bytes += data.size();
     }
@@ -399,7 +350,7 @@ public:
     }
 
     PackResult take() {
-        result_.tar.append(2 * block, '\0');
+        result_.tar = tar_.finish();
         return std::move(result_);
     }
 
@@ -459,6 +410,7 @@ private:
     std::string host_path_;
     std::uint64_t entries_ = 0;
     PackResult result_;
+    docker::TarWriter tar_;
 };
 
 } // namespace
