@@ -507,6 +507,17 @@ def raw_server():
 # --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+async def sandbox(srv) -> dict[str, Any]:
+    """A persistent sandbox on the module's `srv` server, stopped after the module."""
+    sb = await srv.new_sandbox()
+    yield sb
+    try:
+        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
+    except Exception:
+        pass
+
+
 @pytest.fixture(scope="session")
 def cubicle_bin() -> Path:
     problem = _binary_problem()

@@ -165,16 +165,6 @@ async def srv(sandbox_image, allowed):
         yield s
 
 
-@pytest.fixture(scope="module")
-async def sandbox(srv) -> dict[str, Any]:
-    sb = await srv.new_sandbox()
-    yield sb
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
-
-
 @pytest.fixture
 def sid(sandbox) -> str:
     return sandbox["sandbox_id"]

@@ -31,16 +31,6 @@ async def srv(sandbox_image):
         yield s
 
 
-@pytest.fixture(scope="module")
-async def sandbox(srv) -> dict[str, Any]:
-    sb = await srv.new_sandbox()
-    yield sb
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
-
-
 async def with_pings(srv, coro, *, interval: float = 0.25, max_latency: float = 2.0):
     """Run `coro` while pinging the server; every ping must be answered promptly.
 
