@@ -75,6 +75,15 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_transfer_mb = parse_number("--max-transfer-mb", v, 1, 1 << 20); }},
         {"--max-transfer-entries", "CUBICLE_MAX_TRANSFER_ENTRIES", "N", "most files and directories in one transfer",
          [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
+        {"--egress-allow", "CUBICLE_EGRESS_ALLOW", "HOST[:PORT]",
+         "only destination networked sandboxes may reach (repeatable; variable: comma-separated)",
+         [](Config& c, std::string_view v) {
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(',', start), v.size());
+                 if (end > start) c.egress_allow.emplace_back(v.substr(start, end - start));
+                 start = end + 1;
+             }
+         }},
         {"--executor", "CUBICLE_EXECUTOR", "KIND",
          "agent (default; falls back to exec where the agent cannot run) or exec",
          [](Config& c, std::string_view v) {

@@ -23,6 +23,7 @@ struct Config {
     std::vector<std::string> allow_host_dirs;  // host directories open to upload/download
     int max_transfer_mb = 256;                 // per upload, download or file read/write
     int max_transfer_entries = 10000;          // files and directories per transfer
+    std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
     int pool_size = 2;          // warm sandboxes kept ready for the default profile
     int pool_refill = 1;        // how many of them start at once

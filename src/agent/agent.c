@@ -23,6 +23,9 @@
  * The agent is single-threaded: one poll() loop multiplexes its own stdin,
  * every child's stdout/stderr/control/stdin pipe and a signalfd for SIGCHLD,
  * with the nearest deadline (timeout or post-exit drain) as the poll timeout.
+ *
+ * Started as `cubicle-agent --proxy PORT [ALLOW ...]` it is instead the
+ * sandboxes' egress proxy (proxy.c) and speaks no frames at all.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +45,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "proxy.h"
 
 #define HDR_LEN     9
 #define MAX_PAYLOAD (64u << 20)   /* largest frame payload we accept */
@@ -833,12 +838,14 @@ static void setup(void)
         die(1, "signalfd failed");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     struct pollfd *pfd = NULL;
     struct slot *slot = NULL;
     size_t cap = 0;
 
+    if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
+        return proxy_main(argc - 2, argv + 2);
     setup();
     static const char hello[] = "cubicle-agent 1";
     send_frame(F_HELLO, 0, hello, sizeof hello - 1);

@@ -58,6 +58,17 @@ std::string daemon_message(const std::string& body) {
     return text;
 }
 
+std::map<std::string, std::string> read_labels(simdjson::dom::element item) {
+    std::map<std::string, std::string> labels;
+    simdjson::dom::object object;
+    if (item["Labels"].get(object) != simdjson::SUCCESS) return labels;
+    for (auto [key, value] : object) {
+        std::string_view text;
+        if (value.get(text) == simdjson::SUCCESS) labels[std::string(key)] = text;
+    }
+    return labels;
+}
+
 Client::Response check(Client::Response response, std::string_view what) {
     if (response.status >= 400) {
         throw Error(response.status, fmt::format("{}: {} (HTTP {})", what, daemon_message(response.body), response.status));
@@ -337,12 +348,7 @@ asio::awaitable<std::vector<ContainerSummary>> Client::list_containers(std::stri
         if (item["Id"].get(text) == simdjson::SUCCESS) summary.id = text;
         if (item["State"].get(text) == simdjson::SUCCESS) summary.state = text;
         if (item["Created"].get(summary.created) != simdjson::SUCCESS) summary.created = 0;
-        simdjson::dom::object labels;
-        if (item["Labels"].get(labels) == simdjson::SUCCESS) {
-            for (auto [key, value] : labels) {
-                if (value.get(text) == simdjson::SUCCESS) summary.labels[std::string(key)] = text;
-            }
-        }
+        summary.labels = read_labels(item);
         out.push_back(std::move(summary));
     }
     co_return out;
@@ -386,6 +392,46 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
 asio::awaitable<std::unique_ptr<RawStream>> Client::attach(std::string id) {
     co_return co_await hijack("/containers/" + id + "/attach?stream=1&stdin=1&stdout=1&stderr=1", {},
                               "attaching to the container");
+}
+
+asio::awaitable<std::string> Client::create_network(std::string config_json) {
+    auto res = check(co_await request("POST", "/networks/create", std::move(config_json)), "creating a network failed");
+    json::Document doc;
+    std::string_view id;
+    if (doc.parse(res.body) || doc.root()["Id"].get(id) != simdjson::SUCCESS) {
+        throw Error(res.status, "the Docker daemon returned no network id");
+    }
+    co_return std::string(id);
+}
+
+asio::awaitable<void> Client::connect_network(std::string network, std::string container_id) {
+    json::Writer w;
+    w.begin_object().field("Container", container_id).end_object();
+    check(co_await request("POST", "/networks/" + url_encode(network) + "/connect", w.take()),
+          fmt::format("connecting the container to network {} failed", network));
+}
+
+asio::awaitable<void> Client::remove_network(std::string network) {
+    auto res = co_await request("DELETE", "/networks/" + url_encode(network));
+    if (res.status != 404) check(res, fmt::format("removing network {} failed", network));
+}
+
+asio::awaitable<std::vector<ContainerSummary>> Client::list_networks(std::string label_filter) {
+    json::Writer filters;
+    filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();
+    auto res = check(co_await request("GET", "/networks?filters=" + url_encode(filters.str())), "listing networks failed");
+    json::Document doc;
+    std::vector<ContainerSummary> out;
+    simdjson::dom::array items;
+    if (doc.parse(res.body) || doc.root().get(items) != simdjson::SUCCESS) co_return out;
+    for (auto item : items) {
+        ContainerSummary summary;
+        std::string_view text;
+        if (item["Id"].get(text) == simdjson::SUCCESS) summary.id = text;
+        summary.labels = read_labels(item);
+        out.push_back(std::move(summary));
+    }
+    co_return out;
 }
 
 asio::awaitable<std::string> Client::exec_create(std::string id, std::string config_json) {

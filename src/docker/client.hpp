@@ -93,6 +93,13 @@ public:
     asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
     // Throws Error when the archive is larger than `max_bytes`.
     asio::awaitable<std::string> get_archive(std::string id, std::string path, std::uint64_t max_bytes);
+    // Networks: an internal (no route out) bridge network of our own, joining one, removing it.
+    asio::awaitable<std::string> create_network(std::string config_json);
+    asio::awaitable<void> connect_network(std::string network, std::string container_id);
+    asio::awaitable<void> remove_network(std::string network);
+    // Ids of networks carrying `label_filter` with their labels.
+    asio::awaitable<std::vector<ContainerSummary>> list_networks(std::string label_filter);
+
     // Runs a process in a running container (the fallback when the agent cannot run):
     // create, then start over a hijacked connection, then read its exit code.
     asio::awaitable<std::string> exec_create(std::string id, std::string config_json);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace cubicle::sandbox {
@@ -7,5 +8,8 @@ namespace cubicle::sandbox {
 // The in-sandbox agent executable (src/agent), embedded at build time so that
 // cubicle stays a single binary.
 std::string_view agent_binary();
+
+// A tar archive holding the agent as "agent" (mode 0755), for /opt/cubicle.
+std::string agent_archive();
 
 } // namespace cubicle::sandbox

@@ -30,12 +30,6 @@ constexpr auto agent_start_timeout = std::chrono::seconds(15);
 // instance runs no container at all, was abandoned between create and start.
 constexpr std::int64_t abandoned_after_s = 3;
 
-std::string agent_archive() {
-    docker::TarWriter tar;
-    tar.add({.name = "agent", .content = agent_binary(), .mode = 0755});
-    return tar.finish();
-}
-
 // Gives the workspace volume to the sandbox user (archive extraction applies
 // the entry's owner to the existing directory).
 std::string workspace_archive() {
@@ -52,7 +46,8 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             PoolSettings{static_cast<std::size_t>(config.pool_size), static_cast<std::size_t>(config.pool_refill),
                          std::chrono::seconds(config.pool_idle_s)},
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
-            [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }) {}
+            [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
+      egress_(executor, docker, config, instance_) {}
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.image.empty()) spec.image = config_.default_image;
@@ -97,6 +92,11 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool
         std::size_t& n;
         ~Done() { --n; }
     } done{creating_};
+    if (spec.network) {
+        co_await egress_.ensure();
+        spec.network_name = egress_.network();
+        spec.proxy_url = egress_.proxy_url();
+    }
     if (auto sandbox = pool_.take(spec)) {
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
@@ -222,6 +222,7 @@ asio::awaitable<void> Manager::destroy_all() {
     // Anything of ours the map does not know (a creation cut short) goes too.
     auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
     for (const auto& container : ours) co_await docker_.remove_container(container.id);
+    co_await egress_.teardown();
 }
 
 asio::awaitable<void> Manager::remove_orphans() {
@@ -248,6 +249,16 @@ asio::awaitable<void> Manager::remove_orphans() {
         }
     }
     if (removed) log::info("removed {} container(s) left behind by earlier cubicle runs", removed);
+    // Their egress networks: removal fails harmlessly while a live server still uses one.
+    for (const auto& network : co_await docker_.list_networks(fmt::format("{}=true", label_managed))) {
+        auto owner = network.labels.find(label_instance);
+        if (owner == network.labels.end() || owner->second == instance_ || live_instances.count(owner->second)) continue;
+        try {
+            co_await docker_.remove_network(network.id);
+        } catch (const std::exception& e) {
+            log::debug("leaving network {}: {}", network.id.substr(0, 12), e.what());
+        }
+    }
 }
 
 asio::awaitable<void> Manager::sweep_orphans() {

@@ -13,6 +13,7 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "sandbox/egress.hpp"
 #include "sandbox/pool.hpp"
 #include "sandbox/sandbox.hpp"
 
@@ -70,6 +71,7 @@ private:
     docker::DaemonInfo daemon_info_;
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
     Pool pool_;
+    Egress egress_;
 };
 
 } // namespace cubicle::sandbox

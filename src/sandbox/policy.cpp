@@ -44,6 +44,13 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.key("Env").begin_array();
     w.value("HOME=/workspace").value("LANG=C.UTF-8").value("PYTHONUNBUFFERED=1").value("PYTHONDONTWRITEBYTECODE=1");
     w.value("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    if (!spec.proxy_url.empty()) {
+        // The only way out of the internal network: HTTP(S) through the egress proxy.
+        for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
+            w.value(fmt::format("{}={}", name, spec.proxy_url));
+        }
+        w.value("NO_PROXY=localhost,127.0.0.1").value("no_proxy=localhost,127.0.0.1");
+    }
     w.end_array();
     w.key("Labels").begin_object();
     w.field(label_managed, "true").field(label_instance, instance).field(label_sandbox, sandbox_id);
@@ -51,7 +58,7 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     if (!spec.network) w.field("NetworkDisabled", true);
 
     w.key("HostConfig").begin_object();
-    w.field("NetworkMode", spec.network ? "bridge" : "none");
+    w.field("NetworkMode", !spec.network ? "none" : spec.network_name.empty() ? "bridge" : spec.network_name);
     w.key("CapDrop").begin_array().value("ALL").end_array();
     w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
     w.field("ReadonlyRootfs", true);
@@ -88,6 +95,48 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
     w.end_object();
 
+    w.end_object();
+    return w.take();
+}
+
+std::string egress_network_config(const std::string& name, const std::string& instance) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
+    w.key("Labels").begin_object().field(label_managed, "true").field(label_instance, instance).end_object();
+    w.end_object();
+    return w.take();
+}
+
+std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
+                         const std::vector<std::string>& allow) {
+    json::Writer w;
+    w.begin_object().field("Image", image);
+    w.key("Entrypoint").begin_array().value(agent_path).value("--proxy").value(std::to_string(proxy_port));
+    for (const auto& rule : allow) w.value(rule);
+    w.end_array().key("Cmd").begin_array().end_array();
+    w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
+    // Like a sandbox's agent, the proxy exits when the server's attach connection drops.
+    w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
+    w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
+    w.key("Env").begin_array().end_array();
+    w.key("Labels").begin_object();
+    w.field(label_managed, "true").field(label_instance, instance).field(label_role, "proxy");
+    w.end_object();
+    w.key("HostConfig").begin_object();
+    w.field("NetworkMode", network);
+    w.key("CapDrop").begin_array().value("ALL").end_array();
+    w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
+    w.field("ReadonlyRootfs", true).field("Init", true).field("Privileged", false);
+    w.field("PidsLimit", static_cast<std::int64_t>(64));
+    w.field("Memory", 256 * mib).field("MemorySwap", 256 * mib);  // 256 connections x 2 x 256 KiB buffers fit
+    w.key("Mounts").begin_array();
+    w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
+    w.end_array();
+    w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
+    w.end_object();
+    w.key("NetworkingConfig").begin_object().key("EndpointsConfig").begin_object();
+    w.key(network).begin_object().key("Aliases").begin_array().value(proxy_alias).end_array().end_object();
+    w.end_object().end_object();
     w.end_object();
     return w.take();
 }

@@ -22,6 +22,9 @@ struct SandboxSpec {
     std::string image;
     bool network = false;
     bool gpu = false;  // all NVIDIA GPUs, through the daemon's device requests
+    // With network: the internal network the sandbox joins, and the egress proxy on it.
+    std::string network_name;
+    std::string proxy_url;
     int memory_mb = 512;
     double cpus = 1.0;
     int pids_limit = 256;
@@ -33,5 +36,17 @@ struct SandboxSpec {
 // main process is a shell that only waits for its stdin to close (exec fallback).
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
                              bool agent = true);
+
+inline constexpr const char* label_role = "io.cubicle.role";
+inline constexpr const char* proxy_alias = "cubicle-proxy";
+inline constexpr int proxy_port = 3128;
+
+// The egress proxy's container: the agent in proxy mode, locked down like a
+// sandbox, on `network` (internal) under the name proxy_alias.
+std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
+                         const std::vector<std::string>& allow);
+
+// The internal network networked sandboxes share: no route out but the proxy.
+std::string egress_network_config(const std::string& name, const std::string& instance);
 
 } // namespace cubicle::sandbox

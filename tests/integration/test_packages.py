@@ -51,14 +51,18 @@ async def _serve_index(srv, tmp_path: Path) -> str:
     await srv.ok("execute_code", {"sandbox_id": index["sandbox_id"], "code":
                  "import subprocess\nserver = subprocess.Popen(['python3', '-m', 'http.server', '8000'], cwd='/workspace/index',"
                  " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"})
-    address = docker_inspect(index["container_id"])["NetworkSettings"]["IPAddress"]
-    assert address, "the index sandbox has no address on the bridge network"
+    networks = docker_inspect(index["container_id"])["NetworkSettings"]["Networks"]
+    address = next(iter(networks.values()))["IPAddress"]
+    assert address, f"the index sandbox has no address: {networks}"
     return f"http://{address}:8000/simple"
 
 
 def _pip_env(url: str) -> dict[str, str]:
     host = url.split("//")[1].split(":")[0]
-    return {"PIP_INDEX_URL": url, "PIP_TRUSTED_HOST": host, "PIP_RETRIES": "1", "PIP_TIMEOUT": "10"}
+    # The index is a neighbour on the sandboxes' internal network: reached directly,
+    # not through the egress proxy (which refuses private addresses).
+    return {"PIP_INDEX_URL": url, "PIP_TRUSTED_HOST": host, "PIP_RETRIES": "1", "PIP_TIMEOUT": "10",
+            "NO_PROXY": host, "no_proxy": host}
 
 
 async def test_install_package_from_a_local_index(tmp_path):

@@ -1,0 +1,763 @@
+/*
+ * cubicle-agent --proxy PORT [ALLOW ...]: the sandboxes' egress proxy.
+ *
+ * Networked sandboxes sit on an internal Docker network with no route out;
+ * this process, in its own container on that network and the default bridge,
+ * is their only way out.  It is a small HTTP forward proxy: CONNECT tunnels
+ * (HTTPS) and absolute-form plain HTTP requests, one request per client
+ * connection.  It enforces the egress policy and trusts nothing the client
+ * says:
+ *
+ *  - with ALLOW rules (HOST or HOST:PORT), the requested host must equal a
+ *    rule's host (case-insensitive) and the port the rule's, if it has one;
+ *  - the address actually connected to is checked after resolution:
+ *    loopback, private, link-local, multicast and reserved ones are refused,
+ *    except an IPv4 literal the client asked for that a rule names verbatim
+ *    (an operator's LAN mirror).  Names never unlock such addresses, and we
+ *    connect to exactly the address checked, so DNS rebinding gains nothing.
+ *
+ * Single-threaded like the agent: one poll() loop over nonblocking sockets.
+ * Name resolution blocks the loop, bounded by a short resolver timeout.  The
+ * server holds our stdin open; EOF there means stop.
+ */
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS  256
+#define HEAD_MAX   (16 * 1024)    /* request line and headers */
+#define BUF_MAX    (256 * 1024)   /* per direction: a full buffer stops reading its source */
+#define CONNECT_MS 10000
+#define HEAD_MS    30000          /* a client gets this long to send its request head */
+#define LINGER_MS  2000           /* and this long to read an error reply */
+
+enum state { S_FREE, S_HEAD, S_CONNECTING, S_RELAY, S_CLOSING };
+
+struct buf { char *p; size_t off, len; };   /* pending bytes are p[off..len) */
+
+struct conn {
+    enum state st;
+    int cfd, ufd;              /* client and upstream sockets, -1 = none */
+    struct buf up, down;       /* bytes on their way upstream / to the client */
+    int c_eof, u_eof;          /* EOF read from the client / upstream */
+    int shut;                  /* our write side is shut (upstream in RELAY, client in CLOSING) */
+    int tunnel;                /* CONNECT rather than plain HTTP */
+    int64_t deadline;          /* monotonic ms, 0 = none */
+    char target[272];          /* host:port as requested, for logs and replies */
+    char addr[INET6_ADDRSTRLEN];
+};
+
+struct rule { char host[256]; int port; int literal; struct in_addr addr; };
+
+static struct conn conns[MAX_CONNS];
+static struct rule *rules;
+static int nrules;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* stderr may be an attach stream nobody drains: drop a line rather than let
+ * a full pipe stall every connection.  Lines stay under PIPE_BUF, so a
+ * writable pipe takes one whole. */
+static void logmsg(const char *fmt, ...)
+{
+    char line[512] = "cubicle-proxy: ";
+    size_t pre = strlen(line);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line + pre, sizeof line - pre - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = pre + ((size_t)n < sizeof line - pre - 2 ? (size_t)n : sizeof line - pre - 2);
+    line[len++] = '\n';
+    struct pollfd p = { STDERR_FILENO, POLLOUT, 0 };
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && write(STDERR_FILENO, line, len) < 0) {
+        /* nowhere left to complain */
+    }
+}
+
+/* ---- buffers --------------------------------------------------------- */
+
+static size_t pending(const struct buf *b) { return b->len - b->off; }
+
+static void buf_free(struct buf *b)
+{
+    free(b->p);
+    *b = (struct buf){ 0 };
+}
+
+/* Allocate on first use and slide pending bytes to the front when the tail
+ * runs short.  Returns the free space at the tail, or -1 if out of memory. */
+static long buf_room(struct buf *b)
+{
+    if (!b->p && !(b->p = malloc(BUF_MAX)))
+        return -1;
+    if (b->off && BUF_MAX - b->len < BUF_MAX / 4) {
+        memmove(b->p, b->p + b->off, pending(b));
+        b->len -= b->off;
+        b->off = 0;
+    }
+    return (long)(BUF_MAX - b->len);
+}
+
+static int buf_append(struct buf *b, const void *data, size_t n)
+{
+    long room = buf_room(b);
+    if (room < 0 || n > (size_t)room)
+        return -1;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    return 0;
+}
+
+/* Read at most max bytes from fd into b: >0 read, 0 EOF, -1 error, -2 none yet. */
+static ssize_t buf_read(int fd, struct buf *b, size_t max)
+{
+    long room = buf_room(b);
+    if (room < 0)
+        return -1;
+    ssize_t n = recv(fd, b->p + b->len, (size_t)room < max ? (size_t)room : max, 0);
+    if (n > 0)
+        b->len += (size_t)n;
+    return n < 0 && (errno == EAGAIN || errno == EINTR) ? -2 : n;
+}
+
+/* Send what b holds: 0 if all sent or the socket is full, -1 if the peer is gone. */
+static int buf_flush(int fd, struct buf *b)
+{
+    while (pending(b)) {
+        ssize_t n = send(fd, b->p + b->off, pending(b), MSG_NOSIGNAL);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        b->off += (size_t)n;
+    }
+    buf_free(b);   /* idle connections hold no buffer memory */
+    return 0;
+}
+
+/* ---- connections and replies ----------------------------------------- */
+
+static void close_conn(struct conn *c)
+{
+    if (c->cfd >= 0)
+        close(c->cfd);
+    if (c->ufd >= 0)
+        close(c->ufd);
+    buf_free(&c->up);
+    buf_free(&c->down);
+    *c = (struct conn){ .st = S_FREE, .cfd = -1, .ufd = -1 };
+}
+
+/* Answer with an error and stop relaying.  The client gets LINGER_MS to
+ * read the reply; closing on unread input at once could reset it away. */
+static void reply(struct conn *c, const char *status, const char *fmt, ...)
+{
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\n"
+                     "Connection: close\r\n\r\n", status);
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (c->ufd >= 0)
+        close(c->ufd);
+    c->ufd = -1;
+    buf_free(&c->up);
+    buf_free(&c->down);
+    buf_append(&c->down, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    c->st = S_CLOSING;
+    c->shut = 0;
+    c->deadline = now_ms() + LINGER_MS;
+}
+
+static void deny(struct conn *c, const char *why)
+{
+    logmsg("deny %s %s", c->target, why);
+    reply(c, "403 Forbidden", "cubicle egress policy: %s is not allowed (%s)\n", c->target, why);
+}
+
+static void fail(struct conn *c, const char *why)
+{
+    logmsg("fail %s %s", c->target, why);
+    reply(c, "502 Bad Gateway", "cubicle proxy: cannot connect to %s: %s\n", c->target, why);
+}
+
+static void bad(struct conn *c, const char *status, const char *why)
+{
+    logmsg("bad request: %s", why);
+    reply(c, status, "cubicle proxy: bad request: %s\n", why);
+}
+
+/* ---- policy ---------------------------------------------------------- */
+
+static int blocked4(uint32_t a)   /* host byte order */
+{
+    static const struct { uint32_t net; int bits; } nets[] = {
+        { 0x00000000, 8 },  { 0x7f000000, 8 },    /* "this" network, loopback */
+        { 0x0a000000, 8 },  { 0xac100000, 12 },   /* private */
+        { 0xc0a80000, 16 }, { 0x64400000, 10 },   /* private, carrier-grade NAT */
+        { 0xa9fe0000, 16 },                       /* link-local, cloud metadata */
+        { 0xe0000000, 4 },  { 0xf0000000, 4 },    /* multicast; reserved, broadcast */
+    };
+    for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
+        if ((a ^ nets[i].net) >> (32 - nets[i].bits) == 0)
+            return 1;
+    return 0;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int blocked6(const unsigned char *a)
+{
+    static const unsigned char mapped[12] = { [10] = 0xff, [11] = 0xff };
+    static const unsigned char nat64[12] = { 0, 0x64, 0xff, 0x9b };
+    /* forms that carry an IPv4 address are judged by it */
+    if (!memcmp(a, mapped, 12) || !memcmp(a, nat64, 12))
+        return blocked4(be32(a + 12));
+    if (a[0] == 0x20 && a[1] == 0x02)   /* 6to4 */
+        return blocked4(be32(a + 2));
+    return a[0] == 0x00                          /* ::, ::1, IPv4-compatible */
+        || (a[0] & 0xfe) == 0xfc                 /* unique local */
+        || (a[0] == 0xfe && (a[1] & 0x80))       /* link-local, old site-local */
+        || a[0] == 0xff;                         /* multicast */
+}
+
+/* May we connect to sa?  r is the rule the request matched, if any: an IPv4
+ * literal rule unlocks exactly its own address. */
+static int permitted(const struct sockaddr *sa, const struct rule *r)
+{
+    if (sa->sa_family == AF_INET) {
+        struct in_addr a = ((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+        return (r && r->literal && a.s_addr == r->addr.s_addr) || !blocked4(ntohl(a.s_addr));
+    }
+    return sa->sa_family == AF_INET6 &&
+           !blocked6(((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr);
+}
+
+static const struct rule *match_rule(const char *host, int port)
+{
+    for (int i = 0; i < nrules; i++)
+        if (!strcasecmp(rules[i].host, host) && (!rules[i].port || rules[i].port == port))
+            return &rules[i];
+    return NULL;
+}
+
+/* Resolve host and start a nonblocking connect to the first address the
+ * policy permits, IPv4 first (Docker bridges rarely route IPv6). */
+static void start_upstream(struct conn *c, const char *host, int port)
+{
+    const struct rule *r = match_rule(host, port);
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *res, *pick = NULL;
+    char service[8], refused[INET6_ADDRSTRLEN + 48] = "";
+
+    if (nrules && !r) {
+        deny(c, "not in the allow list");
+        return;
+    }
+    snprintf(service, sizeof service, "%d", port);
+    int err = getaddrinfo(host, service, &hints, &res);
+    if (err) {
+        fail(c, err == EAI_SYSTEM ? strerror(errno) : gai_strerror(err));
+        return;
+    }
+    for (int pass = 0; pass < 2 && !pick; pass++)
+        for (struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next) {
+            if (ai->ai_family != (pass ? AF_INET6 : AF_INET))
+                continue;
+            getnameinfo(ai->ai_addr, ai->ai_addrlen, c->addr, sizeof c->addr, NULL, 0,
+                        NI_NUMERICHOST);
+            if (permitted(ai->ai_addr, r))
+                pick = ai;
+            else if (!refused[0])
+                snprintf(refused, sizeof refused, "%s is a private or reserved address", c->addr);
+        }
+    int fd = -1;
+    if (!pick)
+        deny(c, refused[0] ? refused : "no usable address");
+    else if ((fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+             (connect(fd, pick->ai_addr, pick->ai_addrlen) < 0 && errno != EINPROGRESS)) {
+        fail(c, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    } else {
+        c->ufd = fd;
+        c->st = S_CONNECTING;
+        c->deadline = now_ms() + CONNECT_MS;
+    }
+    freeaddrinfo(res);
+}
+
+/* ---- request parsing ------------------------------------------------- */
+
+static int parse_port(const char *s, size_t n)
+{
+    int v = 0;
+    if (n == 0 || n > 5)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v >= 1 && v <= 65535 ? v : -1;
+}
+
+/* A DNS name or IPv4 literal, or (bracketed) an IPv6 literal: nothing else
+ * gets near the resolver, the logs or a rule comparison. */
+static int host_ok(const char *h, int bracketed)
+{
+    struct in6_addr a6;
+    if (bracketed)
+        return inet_pton(AF_INET6, h, &a6) == 1;
+    if (!*h)
+        return 0;
+    for (; *h; h++)
+        if (!isalnum((unsigned char)*h) && !strchr(".-_", *h))
+            return 0;
+    return 1;
+}
+
+/* Split "host:port", "[v6]:port" or, if default_port is set, a bare host. */
+static int parse_authority(const char *s, size_t n, char host[256], int *port, int default_port)
+{
+    const char *hs = s, *he = s + n, *ps = NULL;
+    int br = n > 0 && s[0] == '[';
+
+    if (br) {
+        if (!(he = memchr(s, ']', n)))
+            return -1;
+        hs = s + 1;
+        if (he + 1 < s + n && he[1] != ':')
+            return -1;
+        ps = he + 1 < s + n ? he + 2 : NULL;
+    } else if ((ps = memchr(s, ':', n))) {
+        he = ps++;
+    }
+    if (he - hs > 253)
+        return -1;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    *port = ps ? parse_port(ps, (size_t)(s + n - ps)) : default_port;
+    return *port > 0 && host_ok(host, br) ? 0 : -1;
+}
+
+static int token_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
+            return 0;
+    return n > 0;
+}
+
+/* Check the header lines from p to the empty line ending the head and, if
+ * out is set, copy them there minus the ones that are ours to set: Proxy-*,
+ * Connection and Keep-Alive (we send Connection: close), and Host (a proxy
+ * takes it from the URL). */
+static const char *copy_headers(char *p, struct buf *out)
+{
+    static const char *const drop[] = {
+        "proxy-connection", "proxy-authorization", "connection", "keep-alive", "host",
+    };
+    for (char *eol; (eol = strstr(p, "\r\n")) != p; p = eol + 2) {
+        char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (!colon || !token_ok(p, (size_t)(colon - p)) || strcspn(p, "\r\n") != (size_t)(eol - p))
+            return "malformed header line";   /* also rejects obsolete line folding */
+        int keep = 1;
+        for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+            if (strlen(drop[i]) == (size_t)(colon - p) && !strncasecmp(p, drop[i], strlen(drop[i])))
+                keep = 0;
+        if (keep && out && buf_append(out, p, (size_t)(eol + 2 - p)))
+            return "out of memory";
+    }
+    return NULL;
+}
+
+/* Parse the head (NUL-terminated, ending in an empty line) into host and
+ * port; for plain HTTP also write the origin-form head into out.  Returns
+ * NULL or what is wrong. */
+static const char *parse_request(struct conn *c, char *head, char host[256], int *port,
+                                 struct buf *out)
+{
+    char *eol = strstr(head, "\r\n"), *target, *version;
+
+    *eol = '\0';
+    if (strchr(head, '\r') || strchr(head, '\n') || !(target = strchr(head, ' ')) ||
+        !(version = strchr(target + 1, ' ')) || strchr(version + 1, ' '))
+        return "malformed request line";
+    *target++ = *version++ = '\0';
+    if (!token_ok(head, strlen(head)))
+        return "malformed method";
+    if (strcmp(version, "HTTP/1.1") && strcmp(version, "HTTP/1.0"))
+        return "unsupported HTTP version";
+    if (!strcmp(head, "CONNECT")) {
+        c->tunnel = 1;
+        if (parse_authority(target, strlen(target), host, port, 0))
+            return "CONNECT needs host:port";
+        return copy_headers(eol + 2, NULL);
+    }
+    if (strncasecmp(target, "http://", 7))
+        return "target must be an absolute http:// URL (use CONNECT for https)";
+    char *auth = target + 7, *path = auth + strcspn(auth, "/?");
+    size_t auth_len = (size_t)(path - auth);
+    if (parse_authority(auth, auth_len, host, port, 80))
+        return "bad host or port in URL";
+
+    char line[HEAD_MAX + 300];
+    int n = snprintf(line, sizeof line, "%s %s%s %s\r\nHost: %.*s\r\n", head,
+                     *path == '/' ? "" : "/", path, version, (int)auth_len, auth);
+    const char *why = NULL;
+    if (n < 0 || (size_t)n >= sizeof line || buf_append(out, line, (size_t)n))
+        return "request line too long";
+    if ((why = copy_headers(eol + 2, out)))
+        return why;
+    static const char close_hdr[] = "Connection: close\r\n\r\n";
+    return buf_append(out, close_hdr, sizeof close_hdr - 1) ? "out of memory" : NULL;
+}
+
+/* The request head is complete: check it, apply the policy, start
+ * connecting.  Bytes after the head (a body, early TLS) go upstream after it. */
+static void handle_head(struct conn *c, size_t head_len)
+{
+    char head[HEAD_MAX + 1], host[256];
+    struct buf out = { 0 };
+    int port = 0;
+    const char *why;
+
+    memcpy(head, c->up.p + c->up.off, head_len);
+    head[head_len] = '\0';
+    c->up.off += head_len;
+    if (memchr(head, '\0', head_len))
+        why = "NUL byte in request head";
+    else
+        why = parse_request(c, head, host, &port, &out);
+    if (!why && pending(&c->up) && buf_append(&out, c->up.p + c->up.off, pending(&c->up)))
+        why = "out of memory";
+    buf_free(&c->up);
+    c->up = out;
+    if (why) {
+        bad(c, "400 Bad Request", why);
+        return;
+    }
+    int br = strchr(host, ':') != NULL;
+    snprintf(c->target, sizeof c->target, "%s%s%s:%d", br ? "[" : "", host, br ? "]" : "", port);
+    start_upstream(c, host, port);
+}
+
+/* ---- events ---------------------------------------------------------- */
+
+static void client_readable(struct conn *c)
+{
+    if (c->st == S_CLOSING) {   /* discard until the client has read our reply and gone */
+        char junk[4096];
+        ssize_t n = recv(c->cfd, junk, sizeof junk, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            close_conn(c);
+        return;
+    }
+    size_t max = c->st == S_HEAD ? HEAD_MAX + 1 - pending(&c->up) : BUF_MAX;
+    ssize_t n = buf_read(c->cfd, &c->up, max);
+    if (n == -2)
+        return;
+    if (n < 0 || (n == 0 && c->st == S_HEAD)) {
+        close_conn(c);
+        return;
+    }
+    if (n == 0)
+        c->c_eof = 1;
+    else if (c->st == S_HEAD) {
+        char *start = c->up.p + c->up.off;
+        char *end = memmem(start, pending(&c->up), "\r\n\r\n", 4);
+        if (end && (size_t)(end + 4 - start) <= HEAD_MAX)
+            handle_head(c, (size_t)(end + 4 - start));
+        else if (pending(&c->up) > HEAD_MAX)
+            bad(c, "431 Request Header Fields Too Large", "request head over 16 KiB");
+    }
+}
+
+static void upstream_writable(struct conn *c)
+{
+    static const char established[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    int err = 0;
+    socklen_t len = sizeof err;
+
+    if (c->st == S_RELAY) {
+        if (buf_flush(c->ufd, &c->up))
+            close_conn(c);
+        return;
+    }
+    if (getsockopt(c->ufd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err) {
+        fail(c, strerror(err));
+        return;
+    }
+    logmsg("allow %s (%s)", c->target, c->addr);
+    c->st = S_RELAY;
+    c->deadline = 0;
+    if (c->tunnel && buf_append(&c->down, established, sizeof established - 1))
+        close_conn(c);
+}
+
+static void upstream_readable(struct conn *c)
+{
+    ssize_t n = buf_read(c->ufd, &c->down, BUF_MAX);
+    if (n == 0 || n == -1)
+        c->u_eof = 1;   /* end or reset: the client gets what arrived, then EOF */
+}
+
+/* Decide what follows from the buffers and EOFs after an event. */
+static void settle(struct conn *c)
+{
+    if (c->st == S_RELAY && c->c_eof && !pending(&c->up) && !c->shut) {
+        shutdown(c->ufd, SHUT_WR);   /* pass the client's half-close on */
+        c->shut = 1;
+    }
+    if (c->st == S_RELAY && c->u_eof && !pending(&c->down)) {
+        close_conn(c);   /* the server is done and the client has it all */
+    } else if (c->st == S_CLOSING && !pending(&c->down) && !c->shut) {
+        shutdown(c->cfd, SHUT_WR);   /* reply sent: let the client see its end */
+        c->shut = 1;
+    }
+}
+
+/* One socket of c polled ready; ev is what we asked for. */
+static void service(struct conn *c, int fd, short ev, short rev)
+{
+    int client = fd == c->cfd;
+    if ((ev & POLLOUT) && (rev & (POLLOUT | POLLERR | POLLHUP))) {
+        if (!client)
+            upstream_writable(c);
+        else if (buf_flush(c->cfd, &c->down))
+            close_conn(c);
+    }
+    if (c->st == S_FREE || fd != (client ? c->cfd : c->ufd))
+        return;
+    if ((ev & POLLIN) && (rev & (POLLIN | POLLERR | POLLHUP))) {
+        if (client)
+            client_readable(c);
+        else
+            upstream_readable(c);
+    }
+    if (c->st != S_FREE)
+        settle(c);
+}
+
+static short client_events(const struct conn *c)
+{
+    switch (c->st) {
+    case S_HEAD:
+        return POLLIN;
+    case S_RELAY:
+        return (short)((!c->c_eof && pending(&c->up) < BUF_MAX ? POLLIN : 0) |
+                       (pending(&c->down) ? POLLOUT : 0));
+    case S_CLOSING:
+        return pending(&c->down) ? POLLOUT : POLLIN;
+    default:
+        return 0;
+    }
+}
+
+static short upstream_events(const struct conn *c)
+{
+    if (c->st == S_CONNECTING)
+        return POLLOUT;
+    if (c->st != S_RELAY)
+        return 0;
+    return (short)((!c->u_eof && pending(&c->down) < BUF_MAX ? POLLIN : 0) |
+                   (pending(&c->up) ? POLLOUT : 0));
+}
+
+static void expire(int64_t now)
+{
+    for (int i = 0; i < MAX_CONNS; i++) {
+        struct conn *c = &conns[i];
+        if (c->st == S_FREE || !c->deadline || now < c->deadline)
+            continue;
+        if (c->st == S_HEAD)
+            bad(c, "408 Request Timeout", "no complete request head in time");
+        else if (c->st == S_CONNECTING)
+            fail(c, strerror(ETIMEDOUT));
+        else
+            close_conn(c);
+    }
+}
+
+/* Milliseconds until the nearest deadline (or accept_after), -1 for none. */
+static int poll_timeout(int64_t now, int64_t accept_after)
+{
+    int64_t next = accept_after > now ? accept_after : -1;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (conns[i].st != S_FREE && conns[i].deadline && (next < 0 || conns[i].deadline < next))
+            next = conns[i].deadline;
+    return next < 0 ? -1 : next <= now ? 0 : (int)(next - now);
+}
+
+/* Accept what is waiting.  Beyond MAX_CONNS a client is told so at once
+ * rather than left in the backlog.  Returns when to try again if out of
+ * file descriptors or memory (0 = whenever). */
+static int64_t accept_clients(int lfd)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                               "Connection: close\r\n\r\ncubicle proxy: too many connections\n";
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM
+                   ? now_ms() + 100 : 0;
+        struct conn *c = conns;
+        while (c < conns + MAX_CONNS && c->st != S_FREE)
+            c++;
+        if (c == conns + MAX_CONNS) {
+            logmsg("busy: over %d connections", MAX_CONNS);
+            if (send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                /* the client is gone already */
+            }
+            close(fd);
+            continue;
+        }
+        *c = (struct conn){ .st = S_HEAD, .cfd = fd, .ufd = -1, .deadline = now_ms() + HEAD_MS };
+    }
+    return 0;
+}
+
+/* Dual-stack where IPv6 exists, else IPv4 only. */
+static int listen_on(int port)
+{
+    struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+                               .sin6_addr = IN6ADDR_ANY_INIT };
+    struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_ANY) };
+    int one = 1, zero = 0;
+
+    for (int v6 = 1; v6 >= 0; v6--) {
+        int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if ((!v6 || setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0) &&
+            bind(fd, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
+                 v6 ? sizeof a6 : sizeof a4) == 0 && listen(fd, 511) == 0)
+            return fd;
+        close(fd);
+    }
+    return -1;
+}
+
+static int parse_rules(int n, char **args)
+{
+    rules = calloc((size_t)n + 1, sizeof *rules);
+    if (!rules)
+        return -1;
+    for (nrules = 0; nrules < n; nrules++) {
+        struct rule *r = &rules[nrules];
+        const char *arg = args[nrules], *colon = strchr(arg, ':');
+        size_t hl = colon ? (size_t)(colon - arg) : strlen(arg);
+        if (hl <= 253)
+            memcpy(r->host, arg, hl);
+        if (hl > 253 || !host_ok(r->host, 0) ||
+            (colon && (r->port = parse_port(colon + 1, strlen(colon + 1))) < 0)) {
+            fprintf(stderr, "cubicle-proxy: bad allow rule '%s' (want HOST or HOST:PORT)\n", arg);
+            return -1;
+        }
+        r->literal = inet_pton(AF_INET, r->host, &r->addr) == 1;
+    }
+    return 0;
+}
+
+/* The server's attach stream: only a pipe or socket is watched, so that run
+ * by hand with stdin on /dev/null or a terminal the proxy keeps going. */
+static int watch_stdin(void)
+{
+    struct stat st;
+    return fstat(STDIN_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
+int proxy_main(int argc, char **argv)
+{
+    static struct pollfd pfd[2 + 2 * MAX_CONNS];
+    static int owner[2 + 2 * MAX_CONNS];   /* slot -> connection index */
+    int port = argc >= 1 ? parse_port(argv[0], strlen(argv[0])) : -1;
+    int64_t accept_after = 0;
+
+    if (port < 0) {
+        fprintf(stderr, "usage: cubicle-agent --proxy PORT [HOST[:PORT] ...]\n");
+        return 2;
+    }
+    if (parse_rules(argc - 1, argv + 1))
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    /* resolution blocks every connection: give up on a silent server soon */
+    setenv("RES_OPTIONS", "timeout:2 attempts:2", 0);
+    int lfd = listen_on(port);
+    if (lfd < 0) {
+        fprintf(stderr, "cubicle-proxy: cannot listen on port %d: %s\n", port, strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < MAX_CONNS; i++)
+        conns[i] = (struct conn){ .st = S_FREE, .cfd = -1, .ufd = -1 };
+    int in_fd = watch_stdin() ? STDIN_FILENO : -1;
+    logmsg("listening on port %d, %d allow rule(s)", port, nrules);
+
+    for (;;) {
+        int64_t now = now_ms();
+        size_t n = 2;
+        pfd[0] = (struct pollfd){ now < accept_after ? -1 : lfd, POLLIN, 0 };
+        pfd[1] = (struct pollfd){ in_fd, POLLIN, 0 };
+        for (int i = 0; i < MAX_CONNS; i++) {
+            if (conns[i].st == S_FREE)
+                continue;
+            short ce = client_events(&conns[i]), ue = upstream_events(&conns[i]);
+            owner[n] = i;   /* an fd of -1 (nothing wanted) keeps POLLHUP from spinning */
+            pfd[n++] = (struct pollfd){ ce ? conns[i].cfd : -1, ce, 0 };
+            owner[n] = i;
+            pfd[n++] = (struct pollfd){ ue ? conns[i].ufd : -1, ue, 0 };
+        }
+        if (poll(pfd, n, poll_timeout(now, accept_after)) < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("cubicle-proxy: poll");
+            return 1;
+        }
+        /* Nothing is accepted until the pass is over, so a slot's fd still
+         * belongs to its connection unless that one closed it. */
+        for (size_t i = 2; i < n; i++) {
+            struct conn *c = &conns[owner[i]];
+            if (pfd[i].revents && c->st != S_FREE && (pfd[i].fd == c->cfd || pfd[i].fd == c->ufd))
+                service(c, pfd[i].fd, pfd[i].events, pfd[i].revents);
+        }
+        if (pfd[1].revents) {
+            char junk[256];
+            ssize_t r = read(in_fd, junk, sizeof junk);
+            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+                return 0;   /* the server let go of us */
+        }
+        if (pfd[0].revents)
+            accept_after = accept_clients(lfd);
+        expire(now_ms());
+    }
+}
