@@ -89,6 +89,43 @@ TEST_F(PolicyTest, NetworkWhenAsked) {
     }
 }
 
+TEST_F(PolicyTest, NetworkedSandboxesJoinTheEgressNetworkWithTheProxySet) {
+    auto s = spec();
+    s.network = true;
+    s.network_name = "cubicle-egress-inst";
+    s.proxy_url = "http://cubicle-proxy:3128";
+    auto root = config_for(s);
+    EXPECT_EQ(str(root["HostConfig"]["NetworkMode"]), "cubicle-egress-inst");
+    auto env = string_array(root["Env"].value());
+    for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
+        EXPECT_NE(std::find(env.begin(), env.end(), std::string(name) + "=http://cubicle-proxy:3128"), env.end()) << name;
+    }
+}
+
+TEST(EgressPolicy, TheNetworkIsInternal) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(egress_network_config("cubicle-egress-x", "x")));
+    EXPECT_TRUE(boolean(doc.root()["Internal"]));
+    EXPECT_EQ(str(doc.root()["Labels"]["io.cubicle.instance"]), "x");
+}
+
+TEST(EgressPolicy, TheProxyIsLockedDownAndCarriesTheAllowlist) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(proxy_config("img", "inst", "cubicle-egress-inst", {"pypi.org:443", "10.0.0.5:8080"})));
+    auto root = doc.root();
+    EXPECT_EQ(string_array(root["Entrypoint"].value()),
+              (std::vector<std::string>{agent_path, "--proxy", "3128", "pypi.org:443", "10.0.0.5:8080"}));
+    auto host = root["HostConfig"];
+    EXPECT_EQ(str(host["NetworkMode"]), "cubicle-egress-inst");
+    EXPECT_EQ(string_array(host["CapDrop"].value()), std::vector<std::string>{"ALL"});
+    EXPECT_TRUE(boolean(host["ReadonlyRootfs"]));
+    EXPECT_EQ(i64(host["Memory"]), i64(host["MemorySwap"]));
+    EXPECT_EQ(str(root["User"]), "1000:1000");
+    EXPECT_TRUE(boolean(root["StdinOnce"]));  // dies with the server's connection
+    EXPECT_EQ(string_array(root["NetworkingConfig"]["EndpointsConfig"]["cubicle-egress-inst"]["Aliases"].value()),
+              std::vector<std::string>{"cubicle-proxy"});
+}
+
 TEST_F(PolicyTest, PrivilegesDropped) {
     auto host = config_for(spec())["HostConfig"];
     EXPECT_EQ(string_array(host["CapDrop"].value()), std::vector<std::string>{"ALL"});
