@@ -328,10 +328,6 @@ asio::awaitable<void> Client::remove_container(std::string id) {
     if (res.status != 404 && res.status != 409) check(res, "removing the container failed");
 }
 
-asio::awaitable<std::string> Client::inspect_container(std::string id) {
-    co_return check(co_await request("GET", "/containers/" + id + "/json"), "inspecting the container failed").body;
-}
-
 asio::awaitable<std::vector<ContainerSummary>> Client::list_containers(std::string label_filter) {
     json::Writer filters;
     filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();

@@ -88,7 +88,6 @@ public:
     asio::awaitable<void> kill_container(std::string id, std::string signal = "KILL");
     // Kills if needed and removes the container with its anonymous volumes.
     asio::awaitable<void> remove_container(std::string id);
-    asio::awaitable<std::string> inspect_container(std::string id);
     asio::awaitable<std::vector<ContainerSummary>> list_containers(std::string label_filter);
     asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
     // Throws Error when the archive is larger than `max_bytes`.

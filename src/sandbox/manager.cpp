@@ -145,7 +145,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id,
     co_await docker_.put_archive(container_id, workspace_dir, workspace_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
-    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec), false);
+    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
     if (!agent) {
         sandbox->connect_exec(std::move(stream), docker_);
         co_return sandbox;

@@ -52,7 +52,6 @@ public:
     void set_daemon_info(docker::DaemonInfo info) { daemon_info_ = std::move(info); }
     // Starts keeping warm sandboxes of the default profile.
     void start_pool() { pool_.start(); }
-    std::size_t pool_ready() const { return pool_.ready(); }
 
 private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);

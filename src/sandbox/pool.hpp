@@ -35,7 +35,6 @@ public:
     // A ready sandbox if `spec` is the pooled profile and one is waiting;
     // nullptr otherwise. Either way the pool refills in the background.
     std::shared_ptr<Sandbox> take(const SandboxSpec& spec);
-    std::size_t ready() const { return ready_.size(); }
     // Stops refilling and removes every pooled sandbox.
     asio::awaitable<void> drain();
 

@@ -67,9 +67,9 @@ struct Sandbox::Interpreter {
     }
 };
 
-Sandbox::Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec, bool throwaway)
+Sandbox::Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec)
     : executor_(std::move(executor)), id_(std::move(id)), container_id_(std::move(container_id)), spec_(std::move(spec)),
-      throwaway_(throwaway), created_(std::chrono::steady_clock::now()) {}
+      created_(std::chrono::steady_clock::now()) {}
 
 Sandbox::~Sandbox() {
     if (stream_) stream_->close();
@@ -160,7 +160,7 @@ asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputS
             if (kind != docker::StreamKind::stdin_) deliver_output(output, kind == docker::StreamKind::stdout_, data);
         });
     }
-    watch->done = !watch->fired;
+    watch->done = true;
     watch->timer.cancel();
     auto& status = output.result.status;
     if (watch->fired) {
@@ -184,15 +184,13 @@ asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputS
 
 asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
-    if (!uses_agent()) {
-        for (const auto& [key, value] : spec_.env) request.env.insert(request.env.begin(), key + "=" + value);
-        co_return co_await run_exec(std::move(request), std::move(sink), std::move(cancel));
-    }
-    std::uint32_t exec_id = next_exec_id_++;
+    // The sandbox's environment first, so that the request's own entries win.
     std::vector<std::string> env;
     for (const auto& [key, value] : spec_.env) env.push_back(key + "=" + value);
     env.insert(env.end(), std::make_move_iterator(request.env.begin()), std::make_move_iterator(request.env.end()));
     request.env = std::move(env);
+    if (!uses_agent()) co_return co_await run_exec(std::move(request), std::move(sink), std::move(cancel));
+    std::uint32_t exec_id = next_exec_id_++;
     auto pending = std::make_shared<Pending>(executor_);
     pending->sink = std::move(sink);
     pending->max_output = request.max_output_bytes;

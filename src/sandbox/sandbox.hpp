@@ -37,7 +37,7 @@ struct ExecResult {
 
 class Sandbox : public std::enable_shared_from_this<Sandbox> {
 public:
-    Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec, bool throwaway);
+    Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec);
     ~Sandbox();
 
     const std::string& id() const { return id_; }
@@ -105,7 +105,7 @@ private:
     std::string id_;
     std::string container_id_;
     SandboxSpec spec_;
-    bool throwaway_;
+    bool throwaway_ = false;
     std::chrono::steady_clock::time_point created_;
     std::unique_ptr<docker::RawStream> stream_;
     docker::Demuxer demuxer_;
