@@ -48,11 +48,22 @@ MANAGED_LABEL = "io.cubicle.managed"
 INSTANCE_LABEL = "io.cubicle.instance"
 SANDBOX_LABEL = "io.cubicle.sandbox"
 
-TOOL_NAMES = {
-    "initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
-    "write_file", "read_file", "list_files", "upload_file", "download_file", "clean_workspace",
-    "install_package",
+# Every tool and its required arguments.
+TOOL_REQUIRED = {
+    "initialize_sandbox": set(),
+    "execute_code": {"code"},
+    "run_command": {"sandbox_id", "command"},
+    "get_sandbox_status": set(),
+    "stop_sandbox": {"sandbox_id"},
+    "write_file": {"sandbox_id", "path", "content"},
+    "read_file": {"sandbox_id", "path"},
+    "list_files": {"sandbox_id"},
+    "upload_file": {"sandbox_id", "host_path"},
+    "download_file": {"sandbox_id", "path", "host_path"},
+    "clean_workspace": {"sandbox_id"},
+    "install_package": {"sandbox_id", "packages"},
 }
+TOOL_NAMES = set(TOOL_REQUIRED)
 
 _LOG_DIR = Path(tempfile.mkdtemp(prefix="cubicle-test-logs-"))
 _SERVER_LOGS: list[Path] = []

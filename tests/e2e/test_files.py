@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import result_text, start_server
+from conftest import TOOL_REQUIRED, result_text, start_server
 
 WS = "/workspace"
 
@@ -201,14 +201,7 @@ async def own_sandbox(srv):
 
 async def test_new_tools_listed_with_schemas(srv):
     tools = {t.name: t for t in (await srv.session.list_tools()).tools}
-    required = {
-        "write_file": {"sandbox_id", "path", "content"},
-        "read_file": {"sandbox_id", "path"},
-        "list_files": {"sandbox_id"},
-        "upload_file": {"sandbox_id", "host_path"},
-        "download_file": {"sandbox_id", "path", "host_path"},
-        "clean_workspace": {"sandbox_id"},
-    }
+    required = {name: TOOL_REQUIRED[name] for name in ("write_file", "read_file", "list_files", "upload_file", "download_file", "clean_workspace")}
     missing = set(required) - set(tools)
     assert not missing, f"tools missing from tools/list: {sorted(missing)}"
     for name, req in required.items():

@@ -12,6 +12,7 @@ import pytest
 from conftest import (
     IMAGE,
     TOOL_NAMES,
+    TOOL_REQUIRED,
     async_wait_until,
     container_exists,
     docker,
@@ -97,20 +98,7 @@ async def test_tools_list_exact_and_strict(srv):
     res = await srv.session.list_tools()
     tools = {t.name: t for t in res.tools}
     assert set(tools) == TOOL_NAMES, f"tools/list names: {sorted(tools)}"
-    required = {
-        "initialize_sandbox": set(),
-        "execute_code": {"code"},
-        "run_command": {"sandbox_id", "command"},
-        "get_sandbox_status": set(),
-        "stop_sandbox": {"sandbox_id"},
-        "write_file": {"sandbox_id", "path", "content"},
-        "read_file": {"sandbox_id", "path"},
-        "list_files": {"sandbox_id"},
-        "upload_file": {"sandbox_id", "host_path"},
-        "download_file": {"sandbox_id", "path", "host_path"},
-        "clean_workspace": {"sandbox_id"},
-        "install_package": {"sandbox_id", "packages"},
-    }
+    required = TOOL_REQUIRED
     problems: list[str] = []
     for name, tool in tools.items():
         assert tool.description, f"{name}: no description"
