@@ -34,7 +34,6 @@ std::string_view language_list() { return "python (python3, py), javascript (nod
 
 agent::RunRequest program_for(std::string_view language, std::string code) {
     agent::RunRequest request;
-    request.cwd = workspace_dir;
     if (language == "python") {
         // Python and Node read the whole program from stdin before running it.
         request.argv = {"python3", "-u", "-"};
@@ -141,7 +140,6 @@ bool has_interpreter(std::string_view language) { return language == "python" ||
 
 agent::RunRequest interpreter_for(std::string_view language) {
     agent::RunRequest request;
-    request.cwd = workspace_dir;
     if (language == "python") {
         request.argv = {"python3", "-u", "-c", std::string(python_driver)};
     } else {
@@ -160,7 +158,6 @@ std::string encode_cell(std::string_view code, bool echo) {
 
 agent::RunRequest shell_command(std::string command) {
     agent::RunRequest request;
-    request.cwd = workspace_dir;
     request.argv = {"/bin/sh", "-c", std::move(command)};
     return request;
 }

@@ -13,7 +13,9 @@
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/log.hpp"
+#include "common/json.hpp"
 #include "docker/tar.hpp"
+#include "sandbox/languages.hpp"
 #include "sandbox/agent_blob.hpp"
 
 namespace cubicle::sandbox {
@@ -29,14 +31,6 @@ constexpr auto agent_start_timeout = std::chrono::seconds(15);
 // A container of another instance still in "created" this long, while that
 // instance runs no container at all, was abandoned between create and start.
 constexpr std::int64_t abandoned_after_s = 3;
-
-// Gives the workspace volume to the sandbox user (archive extraction applies
-// the entry's owner to the existing directory).
-std::string workspace_archive() {
-    docker::TarWriter tar;
-    tar.add({.name = "./", .directory = true, .mode = 0755, .uid = sandbox_uid, .gid = sandbox_gid});
-    return tar.finish();
-}
 
 } // namespace
 
@@ -81,12 +75,63 @@ asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status
     }
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool throwaway, StatusSink status) {
-    spec = resolve(std::move(spec));
+void Manager::check_capacity() const {
     if (sandboxes_.size() + creating_ >= static_cast<std::size_t>(config_.max_sandboxes)) {
         throw ToolError(fmt::format("the server already runs its maximum of {} sandboxes; stop one with stop_sandbox first",
                                     config_.max_sandboxes));
     }
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec spec, StatusSink status) {
+    auto profile = fmt::format("{}|{}|{}|{}", spec.image, spec.memory_mb, spec.cpus, spec.gpu);
+    auto& host = workspace_hosts_[profile];
+    if (!host || !host->alive()) {
+        co_await ensure_image(spec.image, status);
+        auto started = co_await launch_with(std::move(spec), true);
+        if (!host || !host->alive()) host = started;  // unless a concurrent call was first
+        else co_await discard(started);
+    }
+    co_return host;
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec spec, StatusSink status) {
+    spec = resolve(std::move(spec));
+    if (spec.network) throw ToolError("a shared-container workspace cannot have network access; create a sandbox of its own");
+    check_capacity();
+    ++creating_;
+    struct Done {
+        std::size_t& n;
+        ~Done() { --n; }
+    } done{creating_};
+    auto host = co_await workspace_host(spec, status);
+    std::string id = "ws-" + random_hex(6);
+    unsigned uid = next_workspace_uid_++;
+    // A private directory: mode 0700 and its own uid keep the other workspaces out.
+    docker::TarWriter tar;
+    tar.add({.name = id, .directory = true, .mode = 0700, .uid = uid, .gid = uid});
+    co_await docker_.put_archive(host->container_id(), workspace_dir, tar.finish());
+    // Its own agent, started as its uid through Docker exec (no capability is needed to
+    // switch users); it ends, with its processes, when this connection closes.
+    auto workspace = std::string(workspace_dir) + "/" + id;
+    json::Writer w;
+    w.begin_object().field("User", fmt::format("{}:{}", uid, uid)).field("WorkingDir", workspace);
+    w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true).field("Tty", false);
+    w.key("Cmd").begin_array().value("/bin/sh").value("-c").value(fmt::format("umask 077; exec {}", agent_path)).end_array();
+    w.key("Env").begin_array().value("HOME=" + workspace).end_array();
+    w.end_object();
+    auto exec_id = co_await docker_.exec_create(host->container_id(), w.take());
+    auto stream = co_await docker_.exec_start(exec_id);
+    auto sandbox = std::make_shared<Sandbox>(executor_, id, host->container_id(), spec);
+    sandbox->make_shared_workspace(workspace, uid);
+    co_await sandbox->connect(std::move(stream), agent_start_timeout);
+    sandbox->set_env(std::move(spec.env));
+    sandboxes_[id] = sandbox;
+    co_return sandbox;
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool throwaway, StatusSink status) {
+    spec = resolve(std::move(spec));
+    check_capacity();
     ++creating_;
     struct Done {
         std::size_t& n;
@@ -141,8 +186,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent) {
+    // The workspace volume starts as a copy of the image's /workspace, owner included:
+    // the image provides it owned by the sandbox user (Docker's archive upload does not
+    // change the owner of the directory it extracts into).
     if (agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
-    co_await docker_.put_archive(container_id, workspace_dir, workspace_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
@@ -160,6 +207,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id,
 }
 
 asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
+    if (sandbox->shared()) {
+        co_await remove_workspace(std::move(sandbox));
+        co_return;
+    }
     sandbox->shutdown("it was stopped");
     try {
         co_await docker_.remove_container(sandbox->container_id());
@@ -196,8 +247,35 @@ asio::awaitable<void> Manager::destroy(std::string id) {
     if (it == sandboxes_.end()) co_return;
     auto sandbox = it->second;
     sandboxes_.erase(it);
+    if (sandbox->shared()) {
+        co_await remove_workspace(std::move(sandbox));
+        co_return;
+    }
     sandbox->shutdown("it was stopped");
     co_await docker_.remove_container(sandbox->container_id());
+}
+
+asio::awaitable<void> Manager::remove_workspace(std::shared_ptr<Sandbox> sandbox) {
+    // Its files go first (as its own uid), then its agent and every process of its uid.
+    // Emptied, not removed: the directory's own entry belongs to the container's /workspace.
+    auto remove = shell_command(fmt::format("chmod -R u+rwx . 2>/dev/null; find . -mindepth 1 -delete"));
+    remove.timeout_ms = 60'000;
+    OutputSink no_sink;
+    try {
+        co_await sandbox->run(std::move(remove), std::move(no_sink), nullptr);
+    } catch (const std::exception& e) {
+        log::warning("removing workspace {}: {}", sandbox->id(), e.what());
+    }
+    sandbox->shutdown("it was stopped");
+    json::Writer w;
+    w.begin_object().field("User", fmt::format("{}:{}", sandbox->uid(), sandbox->uid()));
+    w.field("AttachStdout", true).field("AttachStderr", true);
+    w.key("Cmd").begin_array().value("/bin/sh").value("-c").value("kill -9 -1").end_array().end_object();
+    auto exec_id = co_await docker_.exec_create(sandbox->container_id(), w.take());
+    auto stream = co_await docker_.exec_start(exec_id);
+    char buffer[256];
+    while (co_await stream->read_some(buffer, sizeof buffer) > 0) {
+    }
 }
 
 void Manager::release(std::string id) {
@@ -210,13 +288,22 @@ void Manager::release(std::string id) {
 
 asio::awaitable<void> Manager::destroy_all() {
     co_await pool_.drain();
-    std::vector<std::string> ids;
-    for (const auto& [id, sandbox] : sandboxes_) ids.push_back(id);
-    for (const auto& id : ids) {
+    std::set<std::string> containers;  // shared-container workspaces go with their container
+    for (const auto& [id, sandbox] : sandboxes_) {
+        sandbox->shutdown("the server is stopping");
+        containers.insert(sandbox->container_id());
+    }
+    for (const auto& [profile, host] : workspace_hosts_) {
+        host->shutdown("the server is stopping");
+        containers.insert(host->container_id());
+    }
+    sandboxes_.clear();
+    workspace_hosts_.clear();
+    for (const auto& container : containers) {
         try {
-            co_await destroy(id);
+            co_await docker_.remove_container(container);
         } catch (const std::exception& e) {
-            log::warning("removing sandbox {}: {}", id, e.what());
+            log::warning("removing container {}: {}", container.substr(0, 12), e.what());
         }
     }
     // Anything of ours the map does not know (a creation cut short) goes too.

@@ -33,6 +33,9 @@ public:
 
     // Creates, starts and connects a sandbox. Throws ToolError.
     asio::awaitable<std::shared_ptr<Sandbox>> create(SandboxSpec spec, bool throwaway, StatusSink status = {});
+    // A workspace in a container shared with other workspaces of the same
+    // profile: its own directory and uid, a fraction of the cost of a container.
+    asio::awaitable<std::shared_ptr<Sandbox>> create_workspace(SandboxSpec spec, StatusSink status = {});
     std::shared_ptr<Sandbox> find(const std::string& id) const;
     // Throws ToolError naming the known sandboxes when `id` is not one of them.
     std::shared_ptr<Sandbox> get(const std::string& id) const;
@@ -59,7 +62,12 @@ private:
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
     asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent);
+    // Removes a shared-container workspace's files and processes; the container stays.
+    asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
     asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
+    // The container that holds the workspaces of `spec`'s profile, started on first use.
+    asio::awaitable<std::shared_ptr<Sandbox>> workspace_host(SandboxSpec spec, StatusSink status);
+    void check_capacity() const;
 
     asio::any_io_executor executor_;
     docker::Client& docker_;
@@ -69,6 +77,8 @@ private:
     std::size_t creating_ = 0;
     docker::DaemonInfo daemon_info_;
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
+    std::map<std::string, std::shared_ptr<Sandbox>> workspace_hosts_;  // by profile
+    unsigned next_workspace_uid_ = 10000;
     Pool pool_;
     Egress egress_;
 };

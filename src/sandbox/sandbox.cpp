@@ -126,7 +126,7 @@ asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputS
     json::Writer w;
     w.begin_object().field("AttachStdin", !request.stdin_data.empty()).field("AttachStdout", true);
     w.field("AttachStderr", true).field("Tty", false);
-    w.field("WorkingDir", request.cwd.empty() ? std::string(workspace_dir) : request.cwd);
+    w.field("WorkingDir", request.cwd);
     w.key("Cmd").begin_array();
     for (const auto& arg : request.argv) w.value(arg);
     w.end_array().key("Env").begin_array();
@@ -185,7 +185,8 @@ asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputS
 asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
     // The sandbox's environment first, so that the request's own entries win.
-    std::vector<std::string> env;
+    if (request.cwd.empty()) request.cwd = workspace_;
+    std::vector<std::string> env{"HOME=" + workspace_};
     for (const auto& [key, value] : spec_.env) env.push_back(key + "=" + value);
     env.insert(env.end(), std::make_move_iterator(request.env.begin()), std::make_move_iterator(request.env.end()));
     request.env = std::move(env);
@@ -360,6 +361,8 @@ void Sandbox::dispatch(agent::Frame frame) {
 void Sandbox::start_interpreter(const std::string& language, Interpreter& interpreter) {
     if (interpreter.exec_id || !alive_ || !uses_agent()) return;
     auto request = interpreter_for(language);
+    request.cwd = workspace_;
+    request.env.push_back("HOME=" + workspace_);
     for (const auto& [key, value] : spec_.env) request.env.push_back(key + "=" + value);
     auto process = std::make_shared<Pending>(executor_);
     process->interpreter = language;

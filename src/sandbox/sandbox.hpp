@@ -42,6 +42,17 @@ public:
 
     const std::string& id() const { return id_; }
     const std::string& container_id() const { return container_id_; }
+    // Where its files live and programs start; the owner of its files.
+    const std::string& workspace() const { return workspace_; }
+    unsigned uid() const { return uid_; }
+    // A workspace in a container shared with other workspaces (its own uid and
+    // directory), rather than a container of its own.
+    bool shared() const { return shared_; }
+    void make_shared_workspace(std::string workspace, unsigned uid) {
+        workspace_ = std::move(workspace);
+        uid_ = uid;
+        shared_ = true;
+    }
     const SandboxSpec& spec() const { return spec_; }
     bool throwaway() const { return throwaway_; }
     void set_throwaway(bool throwaway) { throwaway_ = throwaway; }
@@ -106,6 +117,9 @@ private:
     std::string container_id_;
     SandboxSpec spec_;
     bool throwaway_ = false;
+    std::string workspace_ = workspace_dir;
+    unsigned uid_ = sandbox_uid;
+    bool shared_ = false;
     std::chrono::steady_clock::time_point created_;
     std::unique_ptr<docker::RawStream> stream_;
     docker::Demuxer demuxer_;

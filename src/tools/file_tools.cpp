@@ -35,7 +35,7 @@ files::Limits transfer_limits(const Config& config) {
 // sandbox, leads out of the workspace.
 constexpr std::string_view inside_workspace_check = R"SH(
         case "$(realpath -m -- "$1")" in
-            /workspace|/workspace/*) ;;
+            "$PWD"|"$PWD"/*) ;;
             *) echo "$1 leads outside the workspace through a symbolic link" >&2; exit 2 ;;
         esac
 )SH";
@@ -230,7 +230,7 @@ asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element argu
     // Directories the code made read-only would stop the delete; their owner may reopen them.
     auto script = fmt::format("chmod -R u+rwx {0} 2>/dev/null; find {0} -mindepth 1 -delete 2>&1 >/dev/null | head -5 >&2; "
                               "[ -z \"$(ls -A {0})\" ] || {{ echo 'some files could not be deleted' >&2; exit 1; }}",
-                              sandbox::workspace_dir);
+                              box->workspace());
     co_await sandbox_sh(box, std::move(script), std::vector<std::string>(), std::string(), 64 * 1024);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("cleaned", true).end_object();
@@ -253,8 +253,8 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
     dirs.locate(host_path);  // refuses early, with the allowed roots in the message
     auto path = files::workspace_path(args.string("path").value_or(base_name(host_path)));
     if (path == ".") throw ToolError("path names the workspace itself; name the file or directory to create inside it");
-    auto packed = files::pack_host_path(dirs, host_path, path, sandbox::sandbox_uid, transfer_limits(env.config));
-    co_await env.docker.put_archive(box->container_id(), sandbox::workspace_dir, std::move(packed.tar));
+    auto packed = files::pack_host_path(dirs, host_path, path, box->uid(), transfer_limits(env.config));
+    co_await env.docker.put_archive(box->container_id(), box->workspace(), std::move(packed.tar));
     json::Writer w;
     w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
     w.field("bytes", packed.bytes).key("skipped").begin_array();
@@ -275,7 +275,7 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
     auto archive_limit = limits.max_bytes + limits.max_entries * 1536 + (1 << 20);
     std::string archive;
     try {
-        archive = co_await env.docker.get_archive(box->container_id(), fmt::format("{}/{}", sandbox::workspace_dir, path), archive_limit);
+        archive = co_await env.docker.get_archive(box->container_id(), fmt::format("{}/{}", box->workspace(), path), archive_limit);
     } catch (const docker::Error& e) {
         if (e.status() == 404) throw ToolError(fmt::format("no such file or directory in the workspace: {}", path));
         if (e.status() == 413) throw ToolError(fmt::format("{} is larger than the transfer limit of {} MiB", path, env.config.max_transfer_mb));
@@ -299,7 +299,7 @@ asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared
     std::string script = R"SH(
         find "$1" -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
             -o -iname '*.webp' -o -iname '*.svg' \) -size -2049k -printf '%P\0' | head -z -n "$3")SH";
-    std::vector<std::string> script_args{sandbox::workspace_dir, fmt::format("{:.3f}", since), std::to_string(max_images)};
+    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_images)};
     auto listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
     std::vector<CollectedImage> images;
     std::string_view rest = listing.stdout_text;

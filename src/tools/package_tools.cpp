@@ -34,7 +34,6 @@ void require_network(const Sandbox& box, std::string_view what) {
 // The installer command for `manager` ("pip" or "npm"); packages are appended.
 sandbox::agent::RunRequest installer(std::string_view manager) {
     sandbox::agent::RunRequest request;
-    request.cwd = sandbox::workspace_dir;
     if (manager == "pip") {
         // Into the sandbox user's site (/workspace/.local): the root filesystem is read-only.
         request.argv = {"python3", "-m", "pip", "install", "--user", "--no-input", "--disable-pip-version-check",

@@ -48,7 +48,8 @@ void write_exec_fields(json::Writer& w, const sandbox::ExecResult& result) {
 // ---- initialize_sandbox ----------------------------------------------------
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu", "auto_install"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu", "auto_install", "workspace"});
+    bool shared_workspace = args.boolean("workspace").value_or(false);
     bool auto_install = args.boolean("auto_install").value_or(true);
     bool stateful = args.boolean("stateful").value_or(true);
     sandbox::SandboxSpec spec;
@@ -64,7 +65,12 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     }
     // Named, not built inside the co_await expression: GCC 12 double-frees such temporaries.
     sandbox::StatusSink status = [progress = std::make_shared<ProgressStream>(context)](std::string_view m) { progress->note(m); };
-    auto box = co_await env.manager.create(std::move(spec), false, std::move(status));
+    std::shared_ptr<Sandbox> box;
+    if (shared_workspace) {
+        box = co_await env.manager.create_workspace(std::move(spec), std::move(status));
+    } else {
+        box = co_await env.manager.create(std::move(spec), false, std::move(status));
+    }
     if (context->cancelled()) {
         co_await env.manager.destroy(box->id());
         co_return ToolResult{};
@@ -75,7 +81,7 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
-    w.field("stateful", stateful).field("gpu", s.gpu);
+    w.field("stateful", stateful).field("gpu", s.gpu).field("workspace", box->workspace());
     w.end_object();
     co_return structured(w.take());
 }
@@ -191,7 +197,9 @@ void write_status(json::Writer& w, const Sandbox& box) {
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
     w.begin_object();
     w.field("sandbox_id", box.id()).field("container_id", box.container_id());
-    w.field("state", box.alive() ? "running" : "stopped").field("kind", box.throwaway() ? "throwaway" : "persistent");
+    w.field("state", box.alive() ? "running" : "stopped");
+    w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : "persistent");
+    w.field("workspace", box.workspace());
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
@@ -240,7 +248,8 @@ constexpr std::string_view timeout_property =
 constexpr std::string_view sandbox_status_properties = R"(
         "sandbox_id": {"type": "string"}, "container_id": {"type": "string"},
         "state": {"type": "string", "enum": ["running", "stopped"]},
-        "kind": {"type": "string", "enum": ["persistent", "throwaway"]},
+        "kind": {"type": "string", "enum": ["persistent", "throwaway", "workspace"]},
+        "workspace": {"type": "string"},
         "image": {"type": "string"}, "age_s": {"type": "number"}, "network": {"type": "boolean"},
         "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
@@ -266,6 +275,7 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
             "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}"}},
             "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
             "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}},
+            "workspace": {{"type": "boolean", "default": false, "description": "A private workspace (own directory and user) in a container shared with other workspaces: much cheaper than a container of its own, but memory, CPU and process limits are shared and there is no network"}},
             "auto_install": {{"type": "boolean", "default": true, "description": "Before running code, install requirements.txt / package.json from the workspace when they changed; sandboxes with network only"}},
             "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs; needs the NVIDIA container runtime on the host"}})",
                                                   config.default_image, config.memory_mb, config.cpus),
@@ -273,7 +283,8 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
         .output_schema = object_schema(R"(
             "sandbox_id": {"type": "string"}, "container_id": {"type": "string"}, "image": {"type": "string"},
             "network": {"type": "boolean"}, "memory_mb": {"type": "integer"}, "cpus": {"type": "number"},
-            "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})",
+            "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"},
+            "workspace": {"type": "string", "description": "Directory of the sandbox's files"})",
                                        R"("sandbox_id", "image", "network", "memory_mb", "cpus")"),
         .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
         .handler = bind<initialize_sandbox>(env),

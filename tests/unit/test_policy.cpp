@@ -300,21 +300,21 @@ TEST(Languages, PythonReadsCodeFromStdin) {
     auto r = program_for("python", "print('hi')\n");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "-u", "-"}));
     EXPECT_EQ(r.stdin_data, "print('hi')\n");
-    EXPECT_EQ(r.cwd, "/workspace");
+    EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, JavascriptReadsCodeFromStdin) {
     auto r = program_for("javascript", "console.log(1)");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"node", "-"}));
     EXPECT_EQ(r.stdin_data, "console.log(1)");
-    EXPECT_EQ(r.cwd, "/workspace");
+    EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, SmallBashIsAnArgument) {
     auto r = program_for("bash", "read x; echo $x");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"bash", "-c", "read x; echo $x"}));
     EXPECT_EQ(r.stdin_data, "");  // stdin stays free for the script
-    EXPECT_EQ(r.cwd, "/workspace");
+    EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, LargeBashGoesThroughAFile) {
@@ -349,7 +349,7 @@ TEST(Languages, Interpreters) {
     EXPECT_EQ(py.argv[1], "-u");
     EXPECT_EQ(py.argv[2], "-c");
     EXPECT_NE(py.argv[3].find("fdopen(3"), std::string::npos);  // reports on the control channel
-    EXPECT_EQ(py.cwd, "/workspace");
+    EXPECT_TRUE(py.cwd.empty());  // the sandbox runs it in its workspace
     EXPECT_EQ(py.stdin_data, "");
 
     auto js = interpreter_for("javascript");
@@ -357,7 +357,7 @@ TEST(Languages, Interpreters) {
     EXPECT_EQ(js.argv[0], "node");
     EXPECT_EQ(js.argv[1], "-e");
     EXPECT_NE(js.argv[2].find("writeSync(3"), std::string::npos);
-    EXPECT_EQ(js.cwd, "/workspace");
+    EXPECT_TRUE(js.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, EncodeCell) {
@@ -410,7 +410,7 @@ TEST(Languages, PythonDriverRunsCellsInOneNamespace) {
 TEST(Languages, ShellCommand) {
     auto r = shell_command("ls -la | wc -l");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"/bin/sh", "-c", "ls -la | wc -l"}));
-    EXPECT_EQ(r.cwd, "/workspace");
+    EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
     EXPECT_EQ(r.stdin_data, "");
 }
 
