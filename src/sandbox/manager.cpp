@@ -13,7 +13,6 @@
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/log.hpp"
-#include "common/json.hpp"
 #include "docker/tar.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/agent_blob.hpp"
@@ -75,11 +74,13 @@ asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status
     }
 }
 
-void Manager::check_capacity() const {
+Manager::CreationSlot Manager::reserve_slot() {
     if (sandboxes_.size() + creating_ >= static_cast<std::size_t>(config_.max_sandboxes)) {
         throw ToolError(fmt::format("the server already runs its maximum of {} sandboxes; stop one with stop_sandbox first",
                                     config_.max_sandboxes));
     }
+    ++creating_;
+    return CreationSlot{creating_};
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec spec, StatusSink status) {
@@ -97,12 +98,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec sp
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec spec, StatusSink status) {
     spec = resolve(std::move(spec));
     if (spec.network) throw ToolError("a shared-container workspace cannot have network access; create a sandbox of its own");
-    check_capacity();
-    ++creating_;
-    struct Done {
-        std::size_t& n;
-        ~Done() { --n; }
-    } done{creating_};
+    auto slot = reserve_slot();
     auto host = co_await workspace_host(spec, status);
     std::string id = "ws-" + random_hex(6);
     unsigned uid = next_workspace_uid_++;
@@ -113,13 +109,12 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     // Its own agent, started as its uid through Docker exec (no capability is needed to
     // switch users); it ends, with its processes, when this connection closes.
     auto workspace = std::string(workspace_dir) + "/" + id;
-    json::Writer w;
-    w.begin_object().field("User", fmt::format("{}:{}", uid, uid)).field("WorkingDir", workspace);
-    w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true).field("Tty", false);
-    w.key("Cmd").begin_array().value("/bin/sh").value("-c").value(fmt::format("umask 077; exec {}", agent_path)).end_array();
-    w.key("Env").begin_array().value("HOME=" + workspace).end_array();
-    w.end_object();
-    auto exec_id = co_await docker_.exec_create(host->container_id(), w.take());
+    auto config = exec_config({.argv = {"/bin/sh", "-c", fmt::format("umask 077; exec {}", agent_path)},
+                               .env = {"HOME=" + workspace},
+                               .cwd = workspace,
+                               .user = fmt::format("{}:{}", uid, uid),
+                               .stdin_open = true});
+    auto exec_id = co_await docker_.exec_create(host->container_id(), std::move(config));
     auto stream = co_await docker_.exec_start(exec_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, id, host->container_id(), spec);
     sandbox->make_shared_workspace(workspace, uid);
@@ -131,12 +126,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool throwaway, StatusSink status) {
     spec = resolve(std::move(spec));
-    check_capacity();
-    ++creating_;
-    struct Done {
-        std::size_t& n;
-        ~Done() { --n; }
-    } done{creating_};
+    auto slot = reserve_slot();
     if (spec.network) {
         co_await egress_.ensure();
         spec.network_name = egress_.network();
@@ -267,11 +257,9 @@ asio::awaitable<void> Manager::remove_workspace(std::shared_ptr<Sandbox> sandbox
         log::warning("removing workspace {}: {}", sandbox->id(), e.what());
     }
     sandbox->shutdown("it was stopped");
-    json::Writer w;
-    w.begin_object().field("User", fmt::format("{}:{}", sandbox->uid(), sandbox->uid()));
-    w.field("AttachStdout", true).field("AttachStderr", true);
-    w.key("Cmd").begin_array().value("/bin/sh").value("-c").value("kill -9 -1").end_array().end_object();
-    auto exec_id = co_await docker_.exec_create(sandbox->container_id(), w.take());
+    auto config = exec_config({.argv = {"/bin/sh", "-c", "kill -9 -1"},
+                               .user = fmt::format("{}:{}", sandbox->uid(), sandbox->uid())});
+    auto exec_id = co_await docker_.exec_create(sandbox->container_id(), std::move(config));
     auto stream = co_await docker_.exec_start(exec_id);
     char buffer[256];
     while (co_await stream->read_some(buffer, sizeof buffer) > 0) {

@@ -67,7 +67,12 @@ private:
     asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
     // The container that holds the workspaces of `spec`'s profile, started on first use.
     asio::awaitable<std::shared_ptr<Sandbox>> workspace_host(SandboxSpec spec, StatusSink status);
-    void check_capacity() const;
+    // Refuses a new sandbox past --max-sandboxes, else holds a place until destroyed.
+    struct CreationSlot {
+        std::size_t& creating;
+        ~CreationSlot() { --creating; }
+    };
+    [[nodiscard]] CreationSlot reserve_slot();
 
     asio::any_io_executor executor_;
     docker::Client& docker_;

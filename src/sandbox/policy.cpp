@@ -99,6 +99,20 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     return w.take();
 }
 
+std::string exec_config(const ExecSpec& exec) {
+    json::Writer w;
+    w.begin_object().field("AttachStdin", exec.stdin_open).field("AttachStdout", true).field("AttachStderr", true);
+    w.field("Tty", false);
+    if (!exec.user.empty()) w.field("User", exec.user);
+    if (!exec.cwd.empty()) w.field("WorkingDir", exec.cwd);
+    w.key("Cmd").begin_array();
+    for (const auto& arg : exec.argv) w.value(arg);
+    w.end_array().key("Env").begin_array();
+    for (const auto& var : exec.env) w.value(var);
+    w.end_array().end_object();
+    return w.take();
+}
+
 std::string egress_network_config(const std::string& name, const std::string& instance) {
     json::Writer w;
     w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");

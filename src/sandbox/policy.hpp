@@ -37,6 +37,16 @@ struct SandboxSpec {
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
                              bool agent = true);
 
+// The JSON body of POST /containers/{id}/exec. An empty `user` keeps the container's.
+struct ExecSpec {
+    std::vector<std::string> argv;
+    std::vector<std::string> env;
+    std::string cwd;
+    std::string user;
+    bool stdin_open = false;
+};
+std::string exec_config(const ExecSpec& exec);
+
 inline constexpr const char* label_role = "io.cubicle.role";
 inline constexpr const char* proxy_alias = "cubicle-proxy";
 inline constexpr int proxy_port = 3128;

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
-#include "common/json.hpp"
 #include "common/log.hpp"
 #include "sandbox/languages.hpp"
 
@@ -123,16 +122,9 @@ asio::awaitable<void> Sandbox::watch_exec(std::shared_ptr<ExecWatch> watch) {
 }
 
 asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
-    json::Writer w;
-    w.begin_object().field("AttachStdin", !request.stdin_data.empty()).field("AttachStdout", true);
-    w.field("AttachStderr", true).field("Tty", false);
-    w.field("WorkingDir", request.cwd);
-    w.key("Cmd").begin_array();
-    for (const auto& arg : request.argv) w.value(arg);
-    w.end_array().key("Env").begin_array();
-    for (const auto& var : request.env) w.value(var);
-    w.end_array().end_object();
-    auto exec_id = co_await docker_->exec_create(container_id_, w.take());
+    auto config = exec_config({.argv = request.argv, .env = request.env, .cwd = request.cwd,
+                               .stdin_open = !request.stdin_data.empty()});
+    auto exec_id = co_await docker_->exec_create(container_id_, std::move(config));
     auto stream = co_await docker_->exec_start(exec_id);
     if (!request.stdin_data.empty()) {
         stream->send(std::move(request.stdin_data));
