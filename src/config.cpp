@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string_view>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -22,10 +26,50 @@ T parse_number(std::string_view name, std::string_view text, T min, T max) {
     return value;
 }
 
+long long physical_memory_mb() {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page_size > 0 ? static_cast<long long>(pages) * page_size / (1024 * 1024) : 1024;
+}
+
 bool parse_bool(std::string_view name, std::string_view text) {
     if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
     if (text == "0" || text == "false" || text == "no" || text == "off" || text.empty()) return false;
     throw std::invalid_argument(fmt::format("{} must be true or false, not '{}'", name, text));
+}
+
+// A directory the operator opens to uploads and downloads: absolute, existing, not /.
+std::string checked_host_dir(std::string_view dir) {
+    std::string path(dir);
+    if (!path.starts_with('/')) {
+        throw std::invalid_argument(fmt::format("--allow-host-dir needs an absolute path, not '{}'", path));
+    }
+    std::error_code ec;
+    auto canonical = std::filesystem::canonical(path, ec);
+    if (ec || !std::filesystem::is_directory(canonical, ec)) {
+        throw std::invalid_argument(fmt::format("--allow-host-dir '{}' is not an existing directory", path));
+    }
+    if (canonical == "/") {
+        throw std::invalid_argument(fmt::format("--allow-host-dir '{}' would open the whole host file system; name a directory below /", path));
+    }
+    return path;
+}
+
+// HOST or HOST:PORT, as the egress proxy reads its rules: a DNS name or IPv4 address.
+std::string checked_egress_rule(std::string_view rule) {
+    auto colon = rule.find(':');
+    auto host = rule.substr(0, colon);
+    bool host_ok = !host.empty() && host.size() <= 253 && host.front() != '-' && host.front() != '.' && host.back() != '-';
+    for (char c : host) host_ok = host_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.');
+    int port = 0;
+    if (colon != std::string_view::npos) {
+        auto text = rule.substr(colon + 1);
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+        if (ec != std::errc() || end != text.data() + text.size() || port < 1 || port > 65535) port = -1;
+    }
+    if (!host_ok || port < 0) {
+        throw std::invalid_argument(fmt::format("--egress-allow '{}' is not HOST or HOST:PORT (a DNS name or IPv4 address, port 1-65535)", rule));
+    }
+    return std::string(rule);
 }
 
 struct Option {
@@ -42,6 +86,9 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.default_image = v; }},
         {"--docker-host", "DOCKER_HOST", "URL", "Docker daemon: unix:///path or tcp://host:port",
          [](Config& c, std::string_view v) { c.docker_host = v; }},
+        {"--docker-timeout-s", "CUBICLE_DOCKER_TIMEOUT_S", "N",
+         "longest wait for each step of a Docker request (connect, send, answer, each pause in a body)",
+         [](Config& c, std::string_view v) { c.docker_timeout_s = parse_number("--docker-timeout-s", v, 1, 3600); }},
         {"--memory-mb", "CUBICLE_MEMORY_MB", "N", "default memory limit per sandbox (swap disabled)",
          [](Config& c, std::string_view v) { c.memory_mb = parse_number("--memory-mb", v, 16, 1 << 20); }},
         {"--cpus", "CUBICLE_CPUS", "X", "default CPU limit per sandbox",
@@ -56,10 +103,38 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.pids_limit = parse_number("--pids-limit", v, 8, 1 << 22); }},
         {"--tmp-size-mb", "CUBICLE_TMP_SIZE_MB", "N", "size of each sandbox's /tmp (tmpfs)",
          [](Config& c, std::string_view v) { c.tmp_size_mb = parse_number("--tmp-size-mb", v, 1, 1 << 20); }},
-        {"--max-output-bytes", "CUBICLE_MAX_OUTPUT_BYTES", "N", "output kept per stream and execution",
+        {"--max-memory-mb", "CUBICLE_MAX_MEMORY_MB", "N", "largest memory_mb a client may ask for (default: half of this machine's memory)",
+         [](Config& c, std::string_view v) { c.max_memory_mb = parse_number("--max-memory-mb", v, 16, 1 << 24); }},
+        {"--max-cpus", "CUBICLE_MAX_CPUS", "X", "largest cpus a client may ask for (default: this machine's CPU count)",
+         [](Config& c, std::string_view v) { c.max_cpus = parse_number("--max-cpus", v, 0.01, 1024.0); }},
+        {"--max-pids-limit", "CUBICLE_MAX_PIDS_LIMIT", "N", "largest pids_limit a client may ask for",
+         [](Config& c, std::string_view v) { c.max_pids_limit = parse_number("--max-pids-limit", v, 8, 1 << 22); }},
+        {"--max-tmp-size-mb", "CUBICLE_MAX_TMP_SIZE_MB", "N", "largest tmp_size_mb a client may ask for",
+         [](Config& c, std::string_view v) { c.max_tmp_size_mb = parse_number("--max-tmp-size-mb", v, 1, 1 << 20); }},
+        {"--disk-mb", "CUBICLE_DISK_MB", "N",
+         "size of each sandbox's /workspace (held in memory, added to its memory limit; 0: no quota, a plain volume)",
+         [](Config& c, std::string_view v) { c.disk_mb = parse_number("--disk-mb", v, 0, 1 << 24); }},
+        {"--files-limit", "CUBICLE_FILES_LIMIT", "N", "most files and directories in each sandbox's /workspace",
+         [](Config& c, std::string_view v) { c.files_limit = parse_number("--files-limit", v, 100, 1 << 30); }},
+        {"--max-disk-mb", "CUBICLE_MAX_DISK_MB", "N", "largest disk_mb a client may ask for",
+         [](Config& c, std::string_view v) { c.max_disk_mb = parse_number("--max-disk-mb", v, 1, 1 << 24); }},
+        {"--max-files-limit", "CUBICLE_MAX_FILES_LIMIT", "N", "largest files_limit a client may ask for",
+         [](Config& c, std::string_view v) { c.max_files_limit = parse_number("--max-files-limit", v, 100, 1 << 30); }},
+        {"--max-output-bytes", "CUBICLE_MAX_OUTPUT_BYTES", "N", "output kept per stream and execution (saved in the sandbox)",
          [](Config& c, std::string_view v) {
              c.max_output_bytes = parse_number<std::uint64_t>("--max-output-bytes", v, 1024, std::uint64_t(1) << 30);
          }},
+        {"--result-budget", "CUBICLE_RESULT_BUDGET", "N",
+         "bytes of program output a result may carry as sent (head and tail kept; calls may ask for less)",
+         [](Config& c, std::string_view v) {
+             c.result_budget = parse_number<std::uint64_t>("--result-budget", v, 1024, std::uint64_t(1) << 24);
+         }},
+        {"--progress-max-bytes", "CUBICLE_PROGRESS_MAX_BYTES", "N", "program output sent as progress notifications per call",
+         [](Config& c, std::string_view v) {
+             c.progress_max_bytes = parse_number<std::uint64_t>("--progress-max-bytes", v, 0, std::uint64_t(1) << 30);
+         }},
+        {"--max-background-s", "CUBICLE_MAX_BACKGROUND_S", "N", "largest timeout_s of a background run",
+         [](Config& c, std::string_view v) { c.max_background_s = parse_number("--max-background-s", v, 1, 86400 * 7); }},
         {"--allow-network", "CUBICLE_ALLOW_NETWORK", "", "let clients ask for network: true (off by default)",
          [](Config& c, std::string_view v) { c.allow_network = parse_bool("--allow-network", v); }},
         {"--allow-host-dir", "CUBICLE_ALLOW_HOST_DIRS", "DIR",
@@ -67,7 +142,7 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) {
              for (std::size_t start = 0; start <= v.size();) {
                  auto end = std::min(v.find(':', start), v.size());
-                 if (end > start) c.allow_host_dirs.emplace_back(v.substr(start, end - start));
+                 if (end > start) c.allow_host_dirs.push_back(checked_host_dir(v.substr(start, end - start)));
                  start = end + 1;
              }
          }},
@@ -80,7 +155,7 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) {
              for (std::size_t start = 0; start <= v.size();) {
                  auto end = std::min(v.find(',', start), v.size());
-                 if (end > start) c.egress_allow.emplace_back(v.substr(start, end - start));
+                 if (end > start) c.egress_allow.push_back(checked_egress_rule(v.substr(start, end - start)));
                  start = end + 1;
              }
          }},
@@ -102,6 +177,71 @@ const std::vector<Option>& options() {
                  throw std::invalid_argument(fmt::format("--log-level must be debug, info, warning or error, not '{}'", v));
              c.log_level = v;
          }},
+        {"--transport", "CUBICLE_TRANSPORT", "KIND", "stdio (default) or http (streamable HTTP)",
+         [](Config& c, std::string_view v) {
+             if (v != "stdio" && v != "http") throw std::invalid_argument(fmt::format("--transport must be stdio or http, not '{}'", v));
+             c.transport = v;
+         }},
+        {"--host", "CUBICLE_HOST", "ADDRESS", "HTTP: address to listen on (a non-loopback one needs authentication)",
+         [](Config& c, std::string_view v) { c.host = v; }},
+        {"--port", "CUBICLE_PORT", "N", "HTTP: port to listen on (0: any free one)",
+         [](Config& c, std::string_view v) { c.port = parse_number("--port", v, 0, 65535); }},
+        {"--http-path", "CUBICLE_HTTP_PATH", "PATH", "HTTP: the MCP endpoint's path",
+         [](Config& c, std::string_view v) {
+             if (v.empty() || v.front() != '/') throw std::invalid_argument(fmt::format("--http-path must start with /, not '{}'", v));
+             c.http_path = v;
+         }},
+        {"--auth-tokens", "CUBICLE_AUTH_TOKENS", "FILE",
+         "HTTP: bearer tokens, one 'principal token' line each (re-read on SIGHUP)",
+         [](Config& c, std::string_view v) { c.auth_tokens = v; }},
+        {"--jwks-file", "CUBICLE_JWKS_FILE", "FILE",
+         "HTTP: accept OAuth 2.1 access tokens (JWT, RS256/ES256) signed by a key of this JWK set (re-read on SIGHUP)",
+         [](Config& c, std::string_view v) { c.jwks_file = v; }},
+        {"--jwt-issuer", "CUBICLE_JWT_ISSUER", "URL", "HTTP: the authorization server that issues the access tokens (iss)",
+         [](Config& c, std::string_view v) { c.jwt_issuer = v; }},
+        {"--jwt-audience", "CUBICLE_JWT_AUDIENCE", "URI", "HTTP: this server's resource URI, required in a token's aud",
+         [](Config& c, std::string_view v) { c.jwt_audience = v; }},
+        {"--insecure-no-auth", "CUBICLE_INSECURE_NO_AUTH", "",
+         "HTTP: serve a non-loopback address without authentication (behind an authenticating proxy only)",
+         [](Config& c, std::string_view v) { c.insecure_no_auth = parse_bool("--insecure-no-auth", v); }},
+        {"--allow-origin", "CUBICLE_ALLOW_ORIGINS", "ORIGIN",
+         "HTTP: a browser Origin allowed besides the server's own (repeatable; variable: comma-separated)",
+         [](Config& c, std::string_view v) {
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(',', start), v.size());
+                 if (end > start) c.allow_origins.emplace_back(v.substr(start, end - start));
+                 start = end + 1;
+             }
+         }},
+        {"--allow-host", "CUBICLE_ALLOW_HOSTS", "NAME",
+         "HTTP: a Host name clients may use besides the bound address (repeatable; variable: comma-separated)",
+         [](Config& c, std::string_view v) {
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(',', start), v.size());
+                 if (end > start) c.allow_hosts.emplace_back(v.substr(start, end - start));
+                 start = end + 1;
+             }
+         }},
+        {"--tls-cert", "CUBICLE_TLS_CERT", "FILE", "HTTP: serve HTTPS with this PEM certificate chain",
+         [](Config& c, std::string_view v) { c.tls_cert = v; }},
+        {"--tls-key", "CUBICLE_TLS_KEY", "FILE", "HTTP: the PEM private key of --tls-cert",
+         [](Config& c, std::string_view v) { c.tls_key = v; }},
+        {"--http-max-connections", "CUBICLE_HTTP_MAX_CONNECTIONS", "N", "HTTP: open connections at most (then 503)",
+         [](Config& c, std::string_view v) { c.http_max_connections = parse_number("--http-max-connections", v, 1, 1000000); }},
+        {"--http-max-body-mb", "CUBICLE_HTTP_MAX_BODY_MB", "N", "HTTP: largest request body in MiB (then 413)",
+         [](Config& c, std::string_view v) { c.http_max_body_mb = parse_number("--http-max-body-mb", v, 1, 4096); }},
+        {"--http-session-idle-s", "CUBICLE_HTTP_SESSION_IDLE_S", "N", "HTTP: an MCP session unused this long ends (then 404)",
+         [](Config& c, std::string_view v) { c.http_session_idle_s = parse_number("--http-session-idle-s", v, 1, 86400 * 7); }},
+        {"--http-header-timeout-s", "CUBICLE_HTTP_HEADER_TIMEOUT_S", "N", "HTTP: a request's header must arrive within this time",
+         [](Config& c, std::string_view v) { c.http_header_timeout_s = parse_number("--http-header-timeout-s", v, 1, 3600); }},
+        {"--drain-s", "CUBICLE_DRAIN_S", "N", "HTTP: on SIGTERM, running calls get this long to finish before they are cancelled",
+         [](Config& c, std::string_view v) { c.drain_s = parse_number("--drain-s", v, 0, 3600); }},
+        {"--client-max-sandboxes", "CUBICLE_CLIENT_MAX_SANDBOXES", "N", "HTTP: live sandboxes per client (principal)",
+         [](Config& c, std::string_view v) { c.client_max_sandboxes = parse_number("--client-max-sandboxes", v, 1, 10000); }},
+        {"--client-max-executions", "CUBICLE_CLIENT_MAX_EXECUTIONS", "N", "HTTP: concurrent executions per client",
+         [](Config& c, std::string_view v) { c.client_max_executions = parse_number("--client-max-executions", v, 1, 10000); }},
+        {"--client-calls-per-minute", "CUBICLE_CLIENT_CALLS_PER_MINUTE", "N", "HTTP: tool calls per minute per client",
+         [](Config& c, std::string_view v) { c.client_calls_per_minute = parse_number("--client-calls-per-minute", v, 1, 10000000); }},
     };
     return table;
 }
@@ -112,7 +252,14 @@ ParsedArgs parse_args(int argc, char** argv) {
     ParsedArgs parsed;
     for (const auto& option : options()) {
         if (const char* value = std::getenv(std::string(option.env).c_str()); value && *value) {
-            option.apply(parsed.config, value);
+            try {
+                option.apply(parsed.config, value);
+            } catch (const std::invalid_argument& e) {
+                // The user set a variable, not a flag: name what they set.
+                std::string message = e.what();
+                if (auto at = message.find(option.flag); at != std::string::npos) message.replace(at, option.flag.size(), option.env);
+                throw std::invalid_argument(fmt::format("{} (from the environment)", message));
+            }
         }
     }
     for (int i = 1; i < argc; ++i) {
@@ -146,15 +293,39 @@ ParsedArgs parse_args(int argc, char** argv) {
             match->apply(parsed.config, argv[++i]);
         }
     }
-    if (parsed.config.timeout_s > parsed.config.max_timeout_s) parsed.config.max_timeout_s = parsed.config.timeout_s;
+    auto& c = parsed.config;
+    // An operator's default is never over their own ceiling: the ceiling moves up to it.
+    c.max_timeout_s = std::max(c.max_timeout_s, c.timeout_s);
+    c.max_pids_limit = std::max(c.max_pids_limit, c.pids_limit);
+    c.max_tmp_size_mb = std::max(c.max_tmp_size_mb, c.tmp_size_mb);
+    c.max_disk_mb = std::max(c.max_disk_mb, c.disk_mb);
+    c.max_files_limit = std::max(c.max_files_limit, c.files_limit);
     return parsed;
+}
+
+int Config::memory_ceiling_mb() const {
+    int ceiling = max_memory_mb > 0 ? max_memory_mb : static_cast<int>(std::min<long long>(physical_memory_mb() / 2, 1 << 24));
+    return std::max(ceiling, memory_mb);
+}
+
+double Config::cpu_ceiling() const {
+    double ceiling = max_cpus > 0 ? max_cpus : static_cast<double>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    return std::max(ceiling, cpus);
+}
+
+bool option_takes_value(std::string_view flag) {
+    for (const auto& option : options()) {
+        if (option.flag == flag) return !option.value_name.empty();
+    }
+    return false;
 }
 
 std::string usage() {
     std::string out =
         "cubicle " CUBICLE_VERSION " - an MCP server that runs code in locked-down Docker sandboxes\n\n"
         "usage: cubicle [options]\n\n"
-        "Speaks MCP (JSON-RPC 2.0, one message per line) on stdin/stdout; logs go to stderr.\n\n"
+        "Speaks MCP (JSON-RPC 2.0, one message per line) on stdin/stdout, or streamable HTTP with\n"
+        "--transport http; logs go to stderr.\n\n"
         "options (each also read from the environment variable shown):\n";
     for (const auto& option : options()) {
         auto left = fmt::format("{} {}", option.flag, option.value_name);
@@ -162,6 +333,12 @@ std::string usage() {
     }
     out += fmt::format("  {:<26} {}\n  {:<26} {}\n", "-h, --help", "show this help", "-V, --version", "show the version");
     return out;
+}
+
+std::vector<OptionDoc> option_docs() {
+    std::vector<OptionDoc> docs;
+    for (const auto& option : options()) docs.push_back({option.flag, option.env, option.value_name, option.help});
+    return docs;
 }
 
 } // namespace cubicle

@@ -4,13 +4,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cubicle {
 
 struct Config {
-    std::string default_image = "cubicle/sandbox:latest";
+    std::string default_image = CUBICLE_DEFAULT_IMAGE_NAME;
     std::string docker_host;  // empty: DOCKER_HOST or the local socket
+    int docker_timeout_s = 30;  // per step of an Engine request; a stalled daemon fails calls instead of hanging them
     int memory_mb = 512;
     double cpus = 1.0;
     int timeout_s = 30;
@@ -18,7 +20,21 @@ struct Config {
     int max_sandboxes = 32;
     int pids_limit = 256;
     int tmp_size_mb = 256;
-    std::uint64_t max_output_bytes = 1 << 20;  // per stream
+    // Ceilings on what a client may ask for; /tmp is a tmpfs, so it is memory too.
+    int max_memory_mb = 0;   // 0: half of this machine's memory (memory_ceiling_mb)
+    double max_cpus = 0;     // 0: this machine's CPU count (cpu_ceiling)
+    int max_pids_limit = 4096;
+    int max_tmp_size_mb = 4096;
+    // The workspace is a size- and inode-capped tmpfs volume, so it is memory as well:
+    // a sandbox's memory limit is memory_mb + disk_mb.
+    int disk_mb = 1024;
+    int files_limit = 100000;
+    int max_disk_mb = 8192;
+    int max_files_limit = 1000000;
+    std::uint64_t max_output_bytes = 64 << 20;  // per stream and execution, saved in the sandbox
+    std::uint64_t result_budget = 16 << 10;     // bytes of output a result may carry, as sent (escaped JSON)
+    std::uint64_t progress_max_bytes = 256 << 10;  // output sent as progress per call
+    int max_background_s = 3600;                // longest timeout_s of a background run
     bool allow_network = false;
     std::vector<std::string> allow_host_dirs;  // host directories open to upload/download
     int max_transfer_mb = 256;                 // per upload, download or file read/write
@@ -29,6 +45,34 @@ struct Config {
     int pool_refill = 1;        // how many of them start at once
     int pool_idle_s = 300;      // the pool empties after this long without use
     std::string log_level = "info";
+
+    // Streamable HTTP (--transport http).
+    std::string transport = "stdio";  // or "http"
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string http_path = "/mcp";
+    std::string auth_tokens;  // file of "principal token" lines
+    std::string jwks_file;    // OAuth 2.1 access tokens (JWT) signed by these keys
+    std::string jwt_issuer;
+    std::string jwt_audience;
+    bool insecure_no_auth = false;
+    std::vector<std::string> allow_origins;
+    std::vector<std::string> allow_hosts;
+    std::string tls_cert;
+    std::string tls_key;
+    int http_max_connections = 4096;
+    int http_max_body_mb = 64;
+    int http_session_idle_s = 3600;
+    int http_header_timeout_s = 10;
+    int drain_s = 10;
+    // Per principal (client), over HTTP.
+    int client_max_sandboxes = 16;
+    int client_max_executions = 16;
+    int client_calls_per_minute = 1200;
+
+    // The ceilings in force: never under the operator's own defaults.
+    int memory_ceiling_mb() const;
+    double cpu_ceiling() const;
 };
 
 struct ParsedArgs {
@@ -42,5 +86,18 @@ struct ParsedArgs {
 ParsedArgs parse_args(int argc, char** argv);
 
 std::string usage();
+
+// Whether `flag` is an option of the table that takes a value (the next argument).
+bool option_takes_value(std::string_view flag);
+
+// One row of the option table as documentation sees it: --help, the man page,
+// the shell completions and server.json are all generated from these rows.
+struct OptionDoc {
+    std::string_view flag;        // --flag
+    std::string_view env;         // the variable read when the flag is absent
+    std::string_view value_name;  // empty for a switch
+    std::string_view help;
+};
+std::vector<OptionDoc> option_docs();
 
 } // namespace cubicle

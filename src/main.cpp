@@ -1,19 +1,30 @@
-// cubicle: an MCP stdio server that runs code in locked-down Docker sandboxes.
+// cubicle: an MCP server (stdio or streamable HTTP) that runs code in locked-down Docker sandboxes.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "auth/authenticator.hpp"
+#include "auth/quotas.hpp"
+#include "cli/commands.hpp"
 #include "common/log.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "mcp/http.hpp"
 #include "mcp/session.hpp"
 #include "mcp/stdio.hpp"
 #include "sandbox/manager.hpp"
@@ -29,22 +40,56 @@ constexpr std::string_view instructions =
     "capabilities or root). Use execute_code for a one-off run, or initialize_sandbox first to keep files "
     "and installed state between calls, then stop_sandbox when done.";
 
-asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager) {
-    try {
-        co_await docker.connect();
-        log::debug("Docker Engine API {}", docker.api_version());
-        manager.set_daemon_info(co_await docker.info());
-        co_await manager.remove_orphans();
-        manager.start_pool();
-        asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
-    } catch (const std::exception& e) {
-        // Keep serving: every tool call will explain the problem to the client.
-        log::error("{}", e.what());
+// A daemon that is down at start is asked again, less and less often, until it answers.
+constexpr auto start_up_first_retry = std::chrono::milliseconds(500);
+constexpr auto start_up_longest_retry = std::chrono::seconds(5);
+// Shutdown ends by then whatever the daemon does; what is not removed yet is
+// removed by the next cubicle's orphan sweep (this process is then provably gone).
+constexpr auto shutdown_deadline = std::chrono::seconds(4);
+
+// `transport` names how clients reach this server, for the startup line.
+asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager, std::string transport) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (std::chrono::milliseconds delay = start_up_first_retry; !manager.closed();
+         delay = std::min<std::chrono::milliseconds>(delay * 2, start_up_longest_retry)) {
+        bool retried = delay != start_up_first_retry;
+        try {
+            co_await docker.connect();
+            manager.set_daemon_info(co_await docker.info());
+            bool image_present = co_await manager.check_default_image();
+            log::info("cubicle {} serving on {}; Docker at {} (API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
+                      docker.endpoint().describe(), docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
+                      image_present ? manager.pool_size() : 0);
+            co_await manager.remove_orphans();
+            if (image_present) manager.start_pool();
+            asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
+            if (retried) log::info("the Docker daemon answers now: start-up complete");
+            co_return;
+        } catch (const std::exception& e) {
+            // Keep serving: every tool call explains the problem to the client meanwhile.
+            if (retried) {
+                log::debug("{}", e.what());
+            } else {
+                log::error("{} (retrying in the background)", e.what());
+            }
+        }
+        timer.expires_after(delay);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     }
 }
 
 asio::awaitable<void> shut_down(mcp::Session& session, sandbox::Manager& manager) {
-    co_await session.shutdown();
+    using namespace asio::experimental::awaitable_operators;
+    // Both at once: requests end as their sandboxes go.
+    auto cancel_requests = session.shutdown();
+    auto remove_sandboxes = manager.destroy_all();
+    co_await (std::move(cancel_requests) && std::move(remove_sandboxes));
+}
+
+// ---- the HTTP transport ------------------------------------------------------
+
+asio::awaitable<void> shut_down_http(mcp::HttpServer& server, sandbox::Manager& manager) {
+    co_await server.shutdown();
     try {
         co_await manager.destroy_all();
     } catch (const std::exception& e) {
@@ -52,10 +97,92 @@ asio::awaitable<void> shut_down(mcp::Session& session, sandbox::Manager& manager
     }
 }
 
+// Serves streamable HTTP until SIGINT or SIGTERM; SIGHUP re-reads the token file.
+// Returns the exit status.
+int serve_http(asio::io_context& io, const Config& config, docker::Client& docker, sandbox::Manager& manager) {
+    std::unique_ptr<auth::Authenticator> authenticator;
+    try {
+        authenticator = std::make_unique<auth::Authenticator>(auth::AuthSettings{
+            .tokens_file = config.auth_tokens,
+            .jwt = {.jwks_file = config.jwks_file, .issuer = config.jwt_issuer, .audience = config.jwt_audience}});
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cubicle: %s\n", e.what());
+        return 2;
+    }
+    if (!authenticator->enabled() && !mcp::is_loopback_host(config.host)) {
+        if (!config.insecure_no_auth) {
+            std::fprintf(stderr,
+                         "cubicle: refusing to serve %s without authentication: give --auth-tokens or --jwks-file, or --insecure-no-auth "
+                         "when an authenticating proxy stands in front\n",
+                         config.host.c_str());
+            return 2;
+        }
+        log::warning("serving {} WITHOUT authentication (--insecure-no-auth): anyone who reaches it can run code", config.host);
+    }
+    manager.set_sandboxes_per_owner(static_cast<std::size_t>(config.client_max_sandboxes));
+    auto metrics = std::make_shared<mcp::Metrics>();
+    auto quotas = std::make_shared<auth::Quotas>(auth::QuotaSettings{config.client_calls_per_minute, config.client_max_executions});
+    auto tools = mcp::metered_tools(tools::sandbox_tools(manager, docker, config), quotas, metrics);
+    auto make_session = [&io, tools] {
+        auto session = std::make_unique<mcp::Session>(io.get_executor(), mcp::ServerInfo{"cubicle", CUBICLE_VERSION, std::string(instructions)},
+                                                      tools, [](std::string) {});
+        session->set_forward_logs(false);
+        return session;
+    };
+    mcp::HttpAuth http_auth;
+    if (authenticator->enabled()) {
+        http_auth.authenticate = [&authenticator](std::string_view header) { return authenticator->authenticate(header); };
+        http_auth.challenge = authenticator->challenge();
+    }
+    mcp::HttpSettings settings{.host = config.host,
+                               .port = static_cast<unsigned short>(config.port),
+                               .path = config.http_path,
+                               .allow_origins = config.allow_origins,
+                               .allow_hosts = config.allow_hosts,
+                               .max_body_bytes = static_cast<std::size_t>(config.http_max_body_mb) << 20,
+                               .max_connections = static_cast<std::size_t>(config.http_max_connections),
+                               .header_timeout = std::chrono::seconds(config.http_header_timeout_s),
+                               .session_idle = std::chrono::seconds(config.http_session_idle_s),
+                               .drain = std::chrono::seconds(config.drain_s),
+                               .tls_cert = config.tls_cert,
+                               .tls_key = config.tls_key,
+                               .resource_metadata = authenticator->resource_metadata()};
+    auto sandbox_metrics = [&manager] {
+        return fmt::format("# HELP cubicle_sandboxes Live sandboxes\n# TYPE cubicle_sandboxes gauge\ncubicle_sandboxes {}\n", manager.live());
+    };
+    mcp::HttpServer server(io.get_executor(), settings, make_session, http_auth, metrics, sandbox_metrics);
+    try {
+        server.start();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cubicle: %s\n", e.what());
+        return 2;
+    }
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
+        if (ec) return;
+        log::info("signal {}: draining, removing sandboxes and exiting", signal_number);
+        asio::co_spawn(io, shut_down_http(server, manager), [&io](std::exception_ptr) { io.stop(); });
+    });
+    asio::signal_set hangup(io, SIGHUP);
+    std::function<void(const boost::system::error_code&, int)> on_hangup = [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        authenticator->reload();
+        hangup.async_wait(on_hangup);
+    };
+    hangup.async_wait(on_hangup);
+    asio::co_spawn(io, start_up(docker, manager, "streamable HTTP"), asio::detached);
+    io.run();
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
+    // Subcommands; serving on stdio is the default.
+    if (argc > 1 && argv[1] == std::string_view("image")) return cli::image_command(argc - 1, argv + 1);
+    if (argc > 1 && argv[1] == std::string_view("doctor")) return cli::doctor_command(argc - 1, argv + 1);
     ParsedArgs parsed;
     try {
         parsed = parse_args(argc, argv);
@@ -83,26 +210,44 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io(1);
-    docker::Client docker(io.get_executor(), endpoint);
+    std::chrono::milliseconds step = std::chrono::seconds(config.docker_timeout_s);
+    docker::Deadlines deadlines{.connect = std::min<std::chrono::milliseconds>(step, docker::Deadlines{}.connect), .step = step};
+    docker::Client docker(io.get_executor(), endpoint, deadlines);
     sandbox::Manager manager(io.get_executor(), docker, config);
+    if (config.transport == "http") return serve_http(io, config, docker, manager);
     mcp::StdioTransport transport(io.get_executor(), STDIN_FILENO, STDOUT_FILENO);
+    auto services = tools::sandbox_services(manager, docker, config);
     mcp::Session session(io.get_executor(), {"cubicle", CUBICLE_VERSION, std::string(instructions)},
-                         tools::sandbox_tools(manager, docker, config), [&transport](std::string message) { transport.send(std::move(message)); });
+                         std::move(services.tools), [&transport](std::string message) { transport.send(std::move(message)); });
+    session.set_resources(std::move(services.resources));
 
     asio::signal_set signals(io, SIGINT, SIGTERM);
+    asio::steady_timer deadline(io);
     bool stopping = false;
+    bool gave_up = false;
     auto stop = [&] {
         if (stopping) return;
         stopping = true;
         signals.cancel();
-        asio::co_spawn(io, shut_down(session, manager), [&io](std::exception_ptr) { io.stop(); });
+        deadline.expires_after(shutdown_deadline);
+        deadline.async_wait([&](const boost::system::error_code& ec) {
+            if (ec) return;
+            log::warning("stopping took longer than {} s; leaving what is left to the next cubicle's orphan sweep",
+                         std::chrono::duration_cast<std::chrono::seconds>(shutdown_deadline).count());
+            gave_up = true;
+            io.stop();
+        });
+        asio::co_spawn(io, shut_down(session, manager), [&](std::exception_ptr) {
+            deadline.cancel();
+            io.stop();
+        });
     };
     signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
         if (ec) return;
         log::info("signal {}: removing sandboxes and exiting", signal_number);
         stop();
     });
-    asio::co_spawn(io, start_up(docker, manager), asio::detached);
+    asio::co_spawn(io, start_up(docker, manager, "stdio"), asio::detached);
     transport.start([&](std::string line) { if (!stopping) session.handle_message(std::move(line)); },
                     [&] {
                         log::debug("stdin closed: removing sandboxes and exiting");
@@ -110,5 +255,7 @@ int main(int argc, char** argv) {
                     });
     io.run();
     transport.flush_and_stop();
+    // Work cut short still refers to the objects above: end without unwinding it.
+    if (gave_up) std::_Exit(0);
     return 0;
 }

@@ -6,12 +6,7 @@
  * it over the container's attach stream: request frames arrive on stdin,
  * response frames leave on stdout.  stderr carries diagnostics only.
  *
- * Frame (both directions): u32 BE payload length, u8 type, u32 BE exec id,
- * then the payload.
- *
- *   server -> agent: 0x01 RUN, 0x02 KILL, 0x03 PING, 0x04 STDIN, 0x05 OPEN
- *   agent -> server: 0x10 HELLO, 0x11 STDOUT, 0x12 STDERR, 0x13 EXIT,
- *                    0x14 ERROR, 0x15 PONG, 0x16 CONTROL
+ * The frames and their types are defined in protocol.h; wire.c decodes them.
  *
  * RUN starts a one-shot program: its payload ends with the whole of its
  * stdin, which is closed once written.  OPEN (same payload) starts a
@@ -19,6 +14,14 @@
  * stays open for STDIN frames (an empty one closes it), output caps do not
  * apply, and it gets a control pipe as fd 3 whose bytes come back as CONTROL
  * frames, each only after all stdout/stderr the child wrote before them.
+ * START is a RUN whose stdin stays open for STDIN frames (a background run
+ * the model feeds input to); its output caps apply and it has no fd 3.
+ * SIGNAL (payload: the number, in decimal) signals an execution's process
+ * group.  SAVE (payload: "CAP\0DIR") keeps a copy of an execution's output,
+ * up to CAP bytes per stream, in DIR/stdout and DIR/stderr (DIR is created);
+ * it applies to the running execution of that id, or else to the next one
+ * started with it, and for a session it replaces the previous files (one
+ * SAVE per cell).  The copy ignores the forwarding cap, so it is complete.
  *
  * The agent is single-threaded: one poll() loop multiplexes its own stdin,
  * every child's stdout/stderr/control/stdin pipe and a signalfd for SIGCHLD,
@@ -26,7 +29,13 @@
  *
  * Started as `cubicle-agent --proxy PORT [ALLOW ...]` it is instead the
  * sandboxes' egress proxy (proxy.c) and speaks no frames at all.
+ *
+ * `cubicle-agent --sandbox` (what the server starts inside its containers)
+ * also kills what a program detached from its session: see "ending
+ * processes".  Without it (the host-side tests, a developer running the
+ * binary) only the program's own process group is ever signalled.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -40,6 +49,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -47,17 +57,10 @@
 #include <unistd.h>
 
 #include "proxy.h"
+#include "wire.h"
 
-#define HDR_LEN     9
-#define MAX_PAYLOAD (64u << 20)   /* largest frame payload we accept */
 #define CHUNK       (64 * 1024)   /* read size for child output */
 #define DRAIN_US    100000        /* how long to drain pipes after exit */
-
-enum {
-    F_RUN = 0x01, F_KILL = 0x02, F_PING = 0x03, F_STDIN = 0x04, F_OPEN = 0x05,
-    F_HELLO = 0x10, F_STDOUT = 0x11, F_STDERR = 0x12, F_EXIT = 0x13,
-    F_ERROR = 0x14, F_PONG = 0x15, F_CONTROL = 0x16,
-};
 
 #define CONTROL_FD 3   /* where OPEN children find their control pipe */
 
@@ -65,7 +68,7 @@ enum {
 struct exec {
     struct exec *next;
     uint32_t id;
-    pid_t pid;              /* main child; also its process group id */
+    pid_t pid;              /* main child; also its session and process group id */
     int out[2];             /* read ends of child stdout/stderr, -1 = closed */
     int ctl_fd;             /* read end of the control pipe, -1 = none/closed */
     int in_fd;              /* write end of child stdin, -1 = closed */
@@ -75,25 +78,29 @@ struct exec {
     uint64_t cap;           /* per-stream output cap, 0 = none */
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
+    int save_fd[2];         /* SAVE copies of stdout/stderr, -1 = none */
+    uint64_t save_cap, saved[2];
     struct rusage ru;
     int64_t start_us, deadline_us, end_us;  /* deadline 0 = none */
-};
-
-/* A parsed RUN payload; strings point into the input buffer. */
-struct run_req {
-    uint64_t timeout_ms, cap;
-    char *cwd;
-    char **argv, **env;
-    size_t envc;
-    const char *in;
-    size_t in_len;
 };
 
 /* What the child reports through its CLOEXEC pipe if it cannot exec. */
 enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC };
 struct child_err { int stage, err; };
 
+/* A SAVE that arrived before its execution started. */
+struct save {
+    struct save *next;
+    uint32_t id;
+    uint64_t cap;
+    char dir[];
+};
+
+/* How an execution is started: RUN, OPEN (session) or START. */
+enum mode { M_RUN, M_OPEN, M_START };
+
 static struct exec *execs;
+static struct save *saves;
 static int sig_fd = -1;
 
 static int64_t now_us(void)
@@ -103,17 +110,155 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static uint32_t get_be32(const unsigned char *p)
+/* ---- ending processes -------------------------------------------------
+ *
+ * Every child starts a session of its own, so everything it starts stays in
+ * that session unless it calls setsid() (a daemon's double fork does).  A
+ * session cannot be joined from outside, so "in the session of a live
+ * execution" tells the processes we must spare from everything else of our
+ * uid: at a normal end the execution's session goes; at a timeout, a kill or
+ * our own exit every process of our uid goes that is neither us nor in the
+ * session of an execution still running (a concurrent program, a persistent
+ * interpreter).  Processes of other uids (other workspaces of a shared
+ * container) are never touched: we have no capability to signal them, and we
+ * do not try.
+ *
+ * Sweeping by uid is only right where every process of that uid belongs to
+ * the sandbox, so it is an explicit opt-in (`--sandbox`, passed only by the
+ * server when it starts us inside a container it made) and never done as
+ * root whatever the flag says.  Without the flag the agent signals nothing
+ * but its own children's process groups: run on a host as root it would
+ * otherwise kill the whole machine (it once did, in a test), and run as a
+ * developer's own uid (1000 on most desktops) it would kill their desktop
+ * session -- the flag is the only thing that protects the latter, since the
+ * uid alone cannot tell a sandbox from a workstation. */
+static int sweep_enabled;
+
+#define SWEEP_PASSES 200   /* a forking process may add children between passes */
+
+/* Reads /proc/PID/NAME into buf as a string; -1 if the process is gone. */
+static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
 {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    char path[64];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -1;
+    n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return 0;
 }
 
-/* Used when we are about to exit: no process group may outlive us. */
+/* Session, state and real uid of a process from /proc; -1 if it is gone. */
+static int proc_info(pid_t pid, pid_t *sid, char *state, uid_t *uid)
+{
+    char buf[1024];
+
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
+        return -1;
+    /* "pid (comm) state ppid pgrp session ...": comm may hold anything, so
+     * parse from its last closing parenthesis */
+    char *p = strrchr(buf, ')');
+    int ppid, pgrp, session;
+    if (!p || sscanf(p + 1, " %c %d %d %d", state, &ppid, &pgrp, &session) != 4)
+        return -1;
+    *sid = session;
+
+    if (read_proc(pid, "status", buf, sizeof buf) < 0)
+        return -1;
+    char *u = strstr(buf, "\nUid:");
+    unsigned long real;
+    if (!u || sscanf(u + 5, "%lu", &real) != 1)
+        return -1;
+    *uid = (uid_t)real;
+    return 0;
+}
+
+/* Is sid the session of an execution we must spare? */
+static int spared(pid_t sid)
+{
+    for (struct exec *e = execs; e; e = e->next)
+        if (!e->exited && !e->killed && e->pid == sid)
+            return 1;
+    return 0;
+}
+
+/* One pass over /proc: SIGKILL every live process of our uid in session
+ * `only` (> 0), or else every one not spared.  Returns how many it signalled,
+ * or -1 when /proc cannot be read. */
+static int sweep_pass(pid_t only)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t self = getpid();
+    uid_t me = getuid();
+    int hits = 0;
+
+    if (!d)
+        return -1;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        pid_t sid;
+        char state;
+        uid_t uid;
+        if (*end || pid <= 1 || pid == self || proc_info((pid_t)pid, &sid, &state, &uid) < 0)
+            continue;
+        if (uid != me || state == 'Z' || state == 'X')
+            continue;
+        if (only > 0 ? sid != only : spared(sid))
+            continue;
+        if (kill((pid_t)pid, SIGKILL) == 0)
+            hits++;
+    }
+    closedir(d);
+    return hits;
+}
+
+/* Repeats passes until one finds nothing left: a process may fork between
+ * our reading /proc and our signal, but not once it is dead. */
+static void sweep(pid_t only)
+{
+    static const struct timespec pause = { 0, 1000000 };
+    if (!sweep_enabled || getuid() == 0)   /* checked again here: see above */
+        return;
+    for (int pass = 0; pass < SWEEP_PASSES; pass++) {
+        if (sweep_pass(only) <= 0)
+            return;
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* A program ended: its session goes with it. */
+static void end_session(pid_t sid)
+{
+    killpg(sid, SIGKILL);   /* the common case, and all we can do without /proc */
+    sweep(sid);
+}
+
+/* A timeout or a kill: the execution and every process of our uid that no
+ * running execution owns. */
+static void kill_exec(struct exec *e)
+{
+    e->killed = 1;
+    killpg(e->pid, SIGKILL);
+    sweep(0);
+}
+
+/* Used when we are about to exit: nothing of ours may outlive us. */
 static void kill_all(void)
 {
     for (struct exec *e = execs; e; e = e->next)
-        if (!e->exited)
+        if (!e->exited) {
+            e->killed = 1;
             killpg(e->pid, SIGKILL);
+        }
+    sweep(0);
 }
 
 static void die(int code, const char *why)
@@ -131,16 +276,12 @@ static void die(int code, const char *why)
  */
 static void send_frame(uint8_t type, uint32_t id, const void *data, size_t len)
 {
-    unsigned char hdr[HDR_LEN] = {
-        (unsigned char)(len >> 24), (unsigned char)(len >> 16),
-        (unsigned char)(len >> 8), (unsigned char)len, type,
-        (unsigned char)(id >> 24), (unsigned char)(id >> 16),
-        (unsigned char)(id >> 8), (unsigned char)id,
-    };
-    struct iovec iov[2] = { { hdr, HDR_LEN }, { (void *)data, len } };
+    unsigned char hdr[CUBICLE_FRAME_HEADER_SIZE];
+    struct iovec iov[2] = { { hdr, sizeof hdr }, { (void *)data, len } };
     struct iovec *v = iov;
     int cnt = 2;
 
+    wire_put_header(hdr, type, id, len);
     while (cnt > 0) {
         ssize_t n = writev(STDOUT_FILENO, v, cnt);
         if (n < 0) {
@@ -174,7 +315,7 @@ static void send_error(uint32_t id, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         n = 0;
-    send_frame(F_ERROR, id, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    send_frame(CUBICLE_FRAME_ERROR, id, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
 }
 
 static struct exec *find_exec(uint32_t id)
@@ -246,9 +387,18 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
 {
     sigset_t none;
 
-    setpgid(0, 0);
+    /* A session of its own (also a process group): what the program starts
+     * stays in it unless it leaves on purpose.  Cannot fail: the child of a
+     * fork is never a group leader. */
+    setsid();
     for (int s = 1; s < NSIG; s++)   /* agent ignores SIGPIPE, etc. */
         signal(s, SIG_DFL);
+    /* glibc's signal() refuses its own two real-time signals, but a parent
+     * may have left them ignored (GNU make 4.3 does) and exec keeps that.
+     * An all-zero kernel sigaction is SIG_DFL in every architecture's layout. */
+    static const unsigned long default_action[4];
+    for (int s = 32; s < SIGRTMIN; s++)
+        syscall(SYS_rt_sigaction, s, default_action, NULL, (NSIG - 1) / 8);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);   /* agent blocks SIGCHLD */
 
@@ -277,70 +427,154 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
 
 /* ---- RUN / OPEN handling --------------------------------------------- */
 
-/* Next NUL-terminated string at *p, or NULL if the payload ends first. */
-static char *next_str(char **p, char *end)
+/* ---- saved output (SAVE) --------------------------------------------- */
+
+static void save_close(struct exec *e)
 {
-    char *s = *p, *z = memchr(s, 0, (size_t)(end - s));
-    if (!z)
-        return NULL;
-    *p = z + 1;
-    return s;
+    close_fd(&e->save_fd[0]);
+    close_fd(&e->save_fd[1]);
 }
 
-static int parse_u64(const char *s, uint64_t *out)
+/* mkdir -p, as the sandbox user: the directory is the program's as much as ours. */
+static int make_dirs(const char *dir)
 {
-    uint64_t v = 0;
-    if (!s || !*s)
+    char path[PATH_MAX];
+    size_t len = strlen(dir);
+
+    if (len == 0 || len >= sizeof path)
         return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+    memcpy(path, dir, len + 1);
+    for (char *p = path + 1; ; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
             return -1;
-        v = v * 10 + (uint64_t)(*s - '0');
+        *p = c;
+        if (c == '\0')
+            return 0;
     }
-    *out = v;
-    return 0;
 }
 
-/* Returns NULL on success or a description of what is malformed. */
-static const char *parse_run(char *p, size_t len, struct run_req *r)
+static int open_saved(const char *dir, const char *name)
 {
-    char *end = p + len;
-    uint64_t argc, envc;
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return -1;
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+}
 
-    memset(r, 0, sizeof *r);
-    if (parse_u64(next_str(&p, end), &r->timeout_ms))
-        return "bad timeout_ms";
-    if (parse_u64(next_str(&p, end), &r->cap))
-        return "bad max_output_bytes";
-    if (!(r->cwd = next_str(&p, end)))
-        return "missing cwd";
-    /* each string needs at least its NUL, which bounds the counts */
-    if (parse_u64(next_str(&p, end), &argc) || argc == 0 || argc > (uint64_t)(end - p))
-        return "bad argc";
-    r->argv = calloc(argc + 1, sizeof *r->argv);
-    if (!r->argv)
-        return "out of memory";
-    for (uint64_t i = 0; i < argc; i++)
-        if (!(r->argv[i] = next_str(&p, end)))
-            return "truncated argv";
-    if (!r->argv[0][0])
-        return "empty argv[0]";
-    if (parse_u64(next_str(&p, end), &envc) || envc > (uint64_t)(end - p))
-        return "bad envc";
-    r->env = calloc(envc + 1, sizeof *r->env);
-    if (!r->env)
-        return "out of memory";
-    for (r->envc = 0; r->envc < envc; r->envc++) {
-        char *kv = next_str(&p, end);
-        if (!kv)
-            return "truncated env";
-        if (kv[0] == '=' || !strchr(kv, '='))
-            return "env entry is not KEY=VALUE";
-        r->env[r->envc] = kv;
+/* Start (or, for a session's next cell, restart) saving e's output in dir.
+ * Saving is best effort: a file that cannot be written is closed and the
+ * output still reaches the server. */
+static void save_open(struct exec *e, uint64_t cap, const char *dir)
+{
+    save_close(e);
+    e->save_cap = cap;
+    e->saved[0] = e->saved[1] = 0;
+    if (!dir[0])
+        return;
+    if (make_dirs(dir) < 0) {
+        fprintf(stderr, "cubicle-agent: cannot create %s: %s\n", dir, strerror(errno));
+        return;
     }
-    r->in = p;
-    r->in_len = (size_t)(end - p);
+    e->save_fd[0] = open_saved(dir, "stdout");
+    e->save_fd[1] = open_saved(dir, "stderr");
+}
+
+static void save_output(struct exec *e, int s, const char *buf, size_t n)
+{
+    if (e->save_fd[s] < 0)
+        return;
+    if (e->save_cap && n > e->save_cap - e->saved[s])
+        n = (size_t)(e->save_cap - e->saved[s]);
+    while (n > 0) {
+        ssize_t w = write(e->save_fd[s], buf, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            close_fd(&e->save_fd[s]);
+            return;
+        }
+        buf += w;
+        n -= (size_t)w;
+        e->saved[s] += (uint64_t)w;
+    }
+}
+
+/* The SAVE waiting for the execution `id`, if any; the caller frees it. */
+static struct save *take_save(uint32_t id)
+{
+    for (struct save **pp = &saves; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            struct save *s = *pp;
+            *pp = s->next;
+            return s;
+        }
+    }
     return NULL;
+}
+
+#define MAX_WAITING_SAVES 64
+
+static void handle_save(uint32_t id, const char *payload, size_t len)
+{
+    const char *nul = memchr(payload, 0, len);
+    char num[24];
+    uint64_t cap;
+    struct exec *e;
+
+    if (!nul || (size_t)(nul - payload) >= sizeof num) {
+        send_error(id, "malformed SAVE");
+        return;
+    }
+    memcpy(num, payload, (size_t)(nul - payload) + 1);
+    size_t dir_len = len - (size_t)(nul - payload) - 1;
+    if (wire_parse_u64(num, &cap) || memchr(nul + 1, 0, dir_len) || dir_len >= PATH_MAX) {
+        send_error(id, "malformed SAVE");
+        return;
+    }
+    e = find_exec(id);
+    if (e && !e->exited) {
+        char dir[PATH_MAX];
+        memcpy(dir, nul + 1, dir_len);
+        dir[dir_len] = '\0';
+        save_open(e, cap, dir);
+        return;
+    }
+    free(take_save(id));
+    size_t waiting = 0;
+    for (struct save *s = saves; s; s = s->next)
+        waiting++;
+    if (waiting >= MAX_WAITING_SAVES)   /* never started: the oldest go */
+        free(take_save(saves->id));
+    struct save *s = malloc(sizeof *s + dir_len + 1);
+    if (!s)
+        return;
+    s->id = id;
+    s->cap = cap;
+    memcpy(s->dir, nul + 1, dir_len);
+    s->dir[dir_len] = '\0';
+    s->next = saves;
+    saves = s;
+}
+
+/* SIGNAL: deliver a signal to an execution's process group. */
+static void handle_signal(uint32_t id, const char *payload, size_t len)
+{
+    char num[8];
+    uint64_t sig;
+    struct exec *e = find_exec(id);
+
+    if (len == 0 || len >= sizeof num)
+        return;
+    memcpy(num, payload, len);
+    num[len] = '\0';
+    if (wire_parse_u64(num, &sig) || sig == 0 || sig >= NSIG || !e || e->exited)
+        return;
+    killpg(e->pid, (int)sig);
 }
 
 static void close_pair(int p[2])
@@ -403,17 +637,18 @@ static int queue_stdin(struct exec *e, const char *data, size_t len)
     return 0;
 }
 
-/* Fork and exec one RUN (session = 0) or OPEN (session = 1).  On success
- * the execution joins the poll loop; otherwise an ERROR frame is sent and
- * nothing is left behind. */
-static void spawn(uint32_t id, const struct run_req *r, int session)
+/* Fork and exec one RUN, OPEN or START.  On success the execution joins
+ * the poll loop; otherwise an ERROR frame is sent and nothing is left behind. */
+static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
+                  const struct save *save)
 {
+    int session = mode == M_OPEN;
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
     int ctl[2] = { -1, -1 };
     struct exec *e = calloc(1, sizeof *e);
 
     if (e)
-        e->in_fd = e->ctl_fd = e->out[0] = e->out[1] = -1;
+        e->in_fd = e->ctl_fd = e->out[0] = e->out[1] = e->save_fd[0] = e->save_fd[1] = -1;
     /* queue the initial stdin before forking: afterwards we could not fail
      * without leaving a running child behind */
     if (!e || (r->in_len && queue_stdin(e, r->in, r->in_len))) {
@@ -433,7 +668,8 @@ static void spawn(uint32_t id, const struct run_req *r, int session)
         send_error(id, "cannot fork: %s", strerror(errno));
         goto fail;
     }
-    setpgid(pid, pid);   /* also done by the child; whoever is first wins */
+    /* The child's setsid() happens before exec, and exec_failed waits for the
+     * exec: once it returns, the session exists. */
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);
@@ -459,11 +695,13 @@ static void spawn(uint32_t id, const struct run_req *r, int session)
     set_nonblock(e->in_fd);
     if (e->ctl_fd >= 0)
         set_nonblock(e->ctl_fd);
-    /* A RUN's stdin is complete from the start; a session's stays open for
-     * STDIN frames until an empty one arrives. */
-    e->in_eof = !session;
+    /* A RUN's stdin is complete from the start; a session's or a START's
+     * stays open for STDIN frames until an empty one arrives. */
+    e->in_eof = mode == M_RUN;
     if (e->in_eof && !e->in_len)
         close_stdin(e);   /* no stdin data: child sees EOF at once */
+    if (save)
+        save_open(e, save->cap, save->dir);
     e->next = execs;
     execs = e;
     e = NULL;
@@ -478,12 +716,13 @@ fail:
     close_pair(ep);
 }
 
-/* RUN and OPEN share the payload layout; session selects OPEN. */
-static void handle_run(uint32_t id, char *payload, size_t len, int session)
+/* RUN, OPEN and START share the payload layout. */
+static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode)
 {
-    const char *what = session ? "OPEN" : "RUN";
+    const char *what = mode == M_OPEN ? "OPEN" : mode == M_START ? "START" : "RUN";
     struct run_req r;
-    const char *bad = parse_run(payload, len, &r);
+    const char *bad = wire_parse_run(payload, len, &r);
+    struct save *save = take_save(id);
 
     if (bad)
         send_error(id, "malformed %s: %s", what, bad);
@@ -492,9 +731,9 @@ static void handle_run(uint32_t id, char *payload, size_t len, int session)
     else if (find_exec(id))
         send_error(id, "exec id %u is already in use", id);
     else
-        spawn(id, &r, session);
-    free(r.argv);
-    free(r.env);
+        spawn(id, &r, mode, save);
+    free(save);
+    wire_free_run(&r);
 }
 
 /* STDIN: more input for an execution whose stdin is still open; an empty
@@ -523,22 +762,28 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
     struct exec *e;
 
     switch (type) {
-    case F_RUN:
-    case F_OPEN:
-        handle_run(id, (char *)payload, len, type == F_OPEN);
+    case CUBICLE_FRAME_RUN:
+    case CUBICLE_FRAME_OPEN:
+    case CUBICLE_FRAME_START:
+        handle_run(id, (char *)payload, len,
+                   type == CUBICLE_FRAME_OPEN ? M_OPEN : type == CUBICLE_FRAME_START ? M_START : M_RUN);
         break;
-    case F_STDIN:
+    case CUBICLE_FRAME_SIGNAL:
+        handle_signal(id, (const char *)payload, len);
+        break;
+    case CUBICLE_FRAME_SAVE:
+        handle_save(id, (const char *)payload, len);
+        break;
+    case CUBICLE_FRAME_STDIN:
         handle_stdin(id, (const char *)payload, len);
         break;
-    case F_KILL:
+    case CUBICLE_FRAME_KILL:
         e = find_exec(id);
-        if (e && !e->exited) {   /* an exited one's group is already dead */
-            killpg(e->pid, SIGKILL);
-            e->killed = 1;
-        }
+        if (e && !e->exited)   /* an exited one's session is already dead */
+            kill_exec(e);
         break;
-    case F_PING:
-        send_frame(F_PONG, id, payload, len);
+    case CUBICLE_FRAME_PING:
+        send_frame(CUBICLE_FRAME_PONG, id, payload, len);
         break;
     default:
         send_error(id, "unknown frame type 0x%02x", type);
@@ -555,9 +800,11 @@ static size_t ilen, icap;
  * arrive split across reads or several per read. */
 static void read_input(void)
 {
+    struct frame_header h;
     size_t want = ilen + CHUNK;
-    if (ilen >= HDR_LEN && HDR_LEN + (size_t)get_be32(ibuf) > want)
-        want = HDR_LEN + get_be32(ibuf);   /* header already validated */
+    if (ilen >= CUBICLE_FRAME_HEADER_SIZE && wire_get_header(ibuf, &h) == 0 &&
+        CUBICLE_FRAME_HEADER_SIZE + h.len > want)
+        want = CUBICLE_FRAME_HEADER_SIZE + h.len;
     if (want > icap) {
         unsigned char *nb = realloc(ibuf, want);
         if (!nb)
@@ -576,19 +823,17 @@ static void read_input(void)
     ilen += (size_t)n;
 
     size_t off = 0;
-    while (ilen - off >= HDR_LEN) {
-        unsigned char *h = ibuf + off;
-        uint32_t len = get_be32(h), id = get_be32(h + 5);
-        if (len > MAX_PAYLOAD) {
+    while (ilen - off >= CUBICLE_FRAME_HEADER_SIZE) {
+        if (wire_get_header(ibuf + off, &h)) {
             /* we cannot skip what we will not buffer: stream is lost */
-            send_error(id, "frame payload of %u bytes exceeds the %u byte limit",
-                       len, MAX_PAYLOAD);
+            send_error(h.id, "frame payload of %u bytes exceeds the %u byte limit",
+                       h.len, CUBICLE_FRAME_MAX_PAYLOAD);
             die(2, "oversized frame");
         }
-        if (ilen - off - HDR_LEN < len)
+        if (ilen - off - CUBICLE_FRAME_HEADER_SIZE < h.len)
             break;
-        handle_frame(h[4], id, h + HDR_LEN, len);
-        off += HDR_LEN + len;
+        handle_frame(h.type, h.id, ibuf + off + CUBICLE_FRAME_HEADER_SIZE, h.len);
+        off += CUBICLE_FRAME_HEADER_SIZE + h.len;
     }
     memmove(ibuf, ibuf + off, ilen - off);
     ilen -= off;
@@ -615,13 +860,14 @@ static size_t pump_output(struct exec *e, int s)
         close_fd(&e->out[s]);
         return 0;
     }
+    save_output(e, s, buf, (size_t)n);
     size_t fwd = (size_t)n;
     if (e->cap && fwd > e->cap - e->sent[s]) {
         fwd = (size_t)(e->cap - e->sent[s]);
         e->truncated = 1;
     }
     if (fwd) {
-        send_frame(s ? F_STDERR : F_STDOUT, e->id, buf, fwd);
+        send_frame(s ? CUBICLE_FRAME_STDERR : CUBICLE_FRAME_STDOUT, e->id, buf, fwd);
         e->sent[s] += fwd;
     }
     return (size_t)n;
@@ -663,7 +909,7 @@ static void pump_control(struct exec *e)
     }
     drain_output(e, 0);
     drain_output(e, 1);
-    send_frame(F_CONTROL, e->id, buf, (size_t)n);
+    send_frame(CUBICLE_FRAME_CONTROL, e->id, buf, (size_t)n);
 }
 
 /* Feed queued stdin as far as the pipe takes it; never block the agent.
@@ -702,7 +948,7 @@ static void service_stdin(struct exec *e, short revents)
 }
 
 /* Collect exited main children.  waitid(WNOWAIT) first, so the zombie still
- * pins the pid/pgid while we SIGKILL the rest of its group; only then reap. */
+ * pins the pid/sid while we SIGKILL the rest of its session; only then reap. */
 static void reap(void)
 {
     struct signalfd_siginfo si;
@@ -716,7 +962,7 @@ static void reap(void)
         if (waitid(P_PID, (id_t)e->pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0 ||
             info.si_pid == 0)
             continue;
-        killpg(e->pid, SIGKILL);   /* background processes die with it */
+        end_session(e->pid);   /* background processes die with it */
         while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
             ;
         e->exited = 1;
@@ -730,8 +976,8 @@ static void check_timeouts(int64_t now)
     for (struct exec *e = execs; e; e = e->next) {
         if (e->exited || e->killed || !e->deadline_us || now < e->deadline_us)
             continue;
-        killpg(e->pid, SIGKILL);
-        e->killed = e->timed_out = 1;
+        e->timed_out = 1;
+        kill_exec(e);
     }
 }
 
@@ -745,13 +991,14 @@ static void finish(struct exec *e)
     close_fd(&e->out[1]);
     close_fd(&e->ctl_fd);
     close_stdin(e);
+    save_close(e);
     if (WIFEXITED(e->status))
         code = WEXITSTATUS(e->status);
     else if (WIFSIGNALED(e->status))
         sig = WTERMSIG(e->status);
     int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld", code, sig, e->timed_out,
                      e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss);
-    send_frame(F_EXIT, e->id, msg, (size_t)n);
+    send_frame(CUBICLE_FRAME_EXIT, e->id, msg, (size_t)n);
     free(e);
 }
 
@@ -828,6 +1075,7 @@ static void setup(void)
         if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
             exit(1);
     signal(SIGPIPE, SIG_IGN);   /* a dead reader must be an EPIPE, not death */
+    signal(SIGXFSZ, SIG_IGN);   /* a saved output past RLIMIT_FSIZE is EFBIG, not death */
 
     sigset_t chld;
     sigemptyset(&chld);
@@ -846,9 +1094,15 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
         return proxy_main(argc - 2, argv + 2);
+    if (argc == 2 && strcmp(argv[1], "--sandbox") == 0)
+        sweep_enabled = getuid() != 0;
+    else if (argc != 1) {
+        fprintf(stderr, "usage: cubicle-agent [--sandbox | --proxy PORT [ALLOW ...]]\n");
+        return 2;
+    }
     setup();
     static const char hello[] = "cubicle-agent 1";
-    send_frame(F_HELLO, 0, hello, sizeof hello - 1);
+    send_frame(CUBICLE_FRAME_HELLO, 0, hello, sizeof hello - 1);
 
     for (;;) {
         size_t n = 0, need = 2;

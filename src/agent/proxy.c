@@ -21,9 +21,9 @@
  * server holds our stdin open; EOF there means stop.
  */
 #include "proxy.h"
+#include "proxy_request.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -312,149 +312,22 @@ static void start_upstream(struct conn *c, const char *host, int port)
     freeaddrinfo(res);
 }
 
-/* ---- request parsing ------------------------------------------------- */
-
-static int parse_port(const char *s, size_t n)
-{
-    int v = 0;
-    if (n == 0 || n > 5)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v >= 1 && v <= 65535 ? v : -1;
-}
-
-/* A DNS name or IPv4 literal, or (bracketed) an IPv6 literal: nothing else
- * gets near the resolver, the logs or a rule comparison. */
-static int host_ok(const char *h, int bracketed)
-{
-    struct in6_addr a6;
-    if (bracketed)
-        return inet_pton(AF_INET6, h, &a6) == 1;
-    if (!*h)
-        return 0;
-    for (; *h; h++)
-        if (!isalnum((unsigned char)*h) && !strchr(".-_", *h))
-            return 0;
-    return 1;
-}
-
-/* Split "host:port", "[v6]:port" or, if default_port is set, a bare host. */
-static int parse_authority(const char *s, size_t n, char host[256], int *port, int default_port)
-{
-    const char *hs = s, *he = s + n, *ps = NULL;
-    int br = n > 0 && s[0] == '[';
-
-    if (br) {
-        if (!(he = memchr(s, ']', n)))
-            return -1;
-        hs = s + 1;
-        if (he + 1 < s + n && he[1] != ':')
-            return -1;
-        ps = he + 1 < s + n ? he + 2 : NULL;
-    } else if ((ps = memchr(s, ':', n))) {
-        he = ps++;
-    }
-    if (he - hs > 253)
-        return -1;
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    *port = ps ? parse_port(ps, (size_t)(s + n - ps)) : default_port;
-    return *port > 0 && host_ok(host, br) ? 0 : -1;
-}
-
-static int token_ok(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
-            return 0;
-    return n > 0;
-}
-
-/* Check the header lines from p to the empty line ending the head and, if
- * out is set, copy them there minus the ones that are ours to set: Proxy-*,
- * Connection and Keep-Alive (we send Connection: close), and Host (a proxy
- * takes it from the URL). */
-static const char *copy_headers(char *p, struct buf *out)
-{
-    static const char *const drop[] = {
-        "proxy-connection", "proxy-authorization", "connection", "keep-alive", "host",
-    };
-    for (char *eol; (eol = strstr(p, "\r\n")) != p; p = eol + 2) {
-        char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (!colon || !token_ok(p, (size_t)(colon - p)) || strcspn(p, "\r\n") != (size_t)(eol - p))
-            return "malformed header line";   /* also rejects obsolete line folding */
-        int keep = 1;
-        for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
-            if (strlen(drop[i]) == (size_t)(colon - p) && !strncasecmp(p, drop[i], strlen(drop[i])))
-                keep = 0;
-        if (keep && out && buf_append(out, p, (size_t)(eol + 2 - p)))
-            return "out of memory";
-    }
-    return NULL;
-}
-
-/* Parse the head (NUL-terminated, ending in an empty line) into host and
- * port; for plain HTTP also write the origin-form head into out.  Returns
- * NULL or what is wrong. */
-static const char *parse_request(struct conn *c, char *head, char host[256], int *port,
-                                 struct buf *out)
-{
-    char *eol = strstr(head, "\r\n"), *target, *version;
-
-    *eol = '\0';
-    if (strchr(head, '\r') || strchr(head, '\n') || !(target = strchr(head, ' ')) ||
-        !(version = strchr(target + 1, ' ')) || strchr(version + 1, ' '))
-        return "malformed request line";
-    *target++ = *version++ = '\0';
-    if (!token_ok(head, strlen(head)))
-        return "malformed method";
-    if (strcmp(version, "HTTP/1.1") && strcmp(version, "HTTP/1.0"))
-        return "unsupported HTTP version";
-    if (!strcmp(head, "CONNECT")) {
-        c->tunnel = 1;
-        if (parse_authority(target, strlen(target), host, port, 0))
-            return "CONNECT needs host:port";
-        return copy_headers(eol + 2, NULL);
-    }
-    if (strncasecmp(target, "http://", 7))
-        return "target must be an absolute http:// URL (use CONNECT for https)";
-    char *auth = target + 7, *path = auth + strcspn(auth, "/?");
-    size_t auth_len = (size_t)(path - auth);
-    if (parse_authority(auth, auth_len, host, port, 80))
-        return "bad host or port in URL";
-
-    char line[HEAD_MAX + 300];
-    int n = snprintf(line, sizeof line, "%s %s%s %s\r\nHost: %.*s\r\n", head,
-                     *path == '/' ? "" : "/", path, version, (int)auth_len, auth);
-    const char *why = NULL;
-    if (n < 0 || (size_t)n >= sizeof line || buf_append(out, line, (size_t)n))
-        return "request line too long";
-    if ((why = copy_headers(eol + 2, out)))
-        return why;
-    static const char close_hdr[] = "Connection: close\r\n\r\n";
-    return buf_append(out, close_hdr, sizeof close_hdr - 1) ? "out of memory" : NULL;
-}
-
 /* The request head is complete: check it, apply the policy, start
  * connecting.  Bytes after the head (a body, early TLS) go upstream after it. */
 static void handle_head(struct conn *c, size_t head_len)
 {
-    char head[HEAD_MAX + 1], host[256];
+    char head[HEAD_MAX + 1];
+    struct proxy_request req;
     struct buf out = { 0 };
-    int port = 0;
     const char *why;
 
     memcpy(head, c->up.p + c->up.off, head_len);
     head[head_len] = '\0';
     c->up.off += head_len;
-    if (memchr(head, '\0', head_len))
-        why = "NUL byte in request head";
+    if (buf_room(&out) < 0)
+        why = "out of memory";
     else
-        why = parse_request(c, head, host, &port, &out);
+        why = proxy_parse_request(head, head_len, &req, out.p, BUF_MAX, &out.len);
     if (!why && pending(&c->up) && buf_append(&out, c->up.p + c->up.off, pending(&c->up)))
         why = "out of memory";
     buf_free(&c->up);
@@ -463,9 +336,11 @@ static void handle_head(struct conn *c, size_t head_len)
         bad(c, "400 Bad Request", why);
         return;
     }
-    int br = strchr(host, ':') != NULL;
-    snprintf(c->target, sizeof c->target, "%s%s%s:%d", br ? "[" : "", host, br ? "]" : "", port);
-    start_upstream(c, host, port);
+    c->tunnel = req.tunnel;
+    int br = strchr(req.host, ':') != NULL;
+    snprintf(c->target, sizeof c->target, "%s%s%s:%d", br ? "[" : "", req.host, br ? "]" : "",
+             req.port);
+    start_upstream(c, req.host, req.port);
 }
 
 /* ---- events ---------------------------------------------------------- */
@@ -679,8 +554,8 @@ static int parse_rules(int n, char **args)
         size_t hl = colon ? (size_t)(colon - arg) : strlen(arg);
         if (hl <= 253)
             memcpy(r->host, arg, hl);
-        if (hl > 253 || !host_ok(r->host, 0) ||
-            (colon && (r->port = parse_port(colon + 1, strlen(colon + 1))) < 0)) {
+        if (hl > 253 || !proxy_host_ok(r->host, 0) ||
+            (colon && (r->port = proxy_parse_port(colon + 1, strlen(colon + 1))) < 0)) {
             fprintf(stderr, "cubicle-proxy: bad allow rule '%s' (want HOST or HOST:PORT)\n", arg);
             return -1;
         }
@@ -701,7 +576,7 @@ int proxy_main(int argc, char **argv)
 {
     static struct pollfd pfd[2 + 2 * MAX_CONNS];
     static int owner[2 + 2 * MAX_CONNS];   /* slot -> connection index */
-    int port = argc >= 1 ? parse_port(argv[0], strlen(argv[0])) : -1;
+    int port = argc >= 1 ? proxy_parse_port(argv[0], strlen(argv[0])) : -1;
     int64_t accept_after = 0;
 
     if (port < 0) {

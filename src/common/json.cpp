@@ -198,7 +198,7 @@ Writer& Writer::raw(std::string_view json_text) {
 
 std::string to_string(simdjson::dom::element value) { return simdjson::minify(value); }
 
-std::optional<std::string> Document::parse(std::string text) {
+std::optional<std::string> Document::parse(std::string_view text) {
     simdjson::padded_string padded(text);
     auto result = parser_.parse(padded);
     if (result.error()) return std::string(simdjson::error_message(result.error()));

@@ -69,7 +69,7 @@ public:
     Document& operator=(const Document&) = delete;
 
     // Parses `text`; returns an error description on failure.
-    std::optional<std::string> parse(std::string text);
+    std::optional<std::string> parse(std::string_view text);
     simdjson::dom::element root() const { return root_; }
 
 private:

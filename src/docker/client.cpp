@@ -1,10 +1,13 @@
 #include "docker/client.hpp"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cctype>
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <functional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -12,6 +15,7 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -19,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "common/log.hpp"
 
 namespace cubicle::docker {
 namespace {
@@ -74,6 +79,54 @@ Client::Response check(Client::Response response, std::string_view what) {
         throw Error(response.status, fmt::format("{}: {} (HTTP {})", what, daemon_message(response.body), response.status));
     }
     return response;
+}
+
+// "2 s" or "1500 ms", for messages.
+std::string describe(std::chrono::milliseconds duration) {
+    if (duration.count() % 1000 == 0) return fmt::format("{} s", duration.count() / 1000);
+    return fmt::format("{} ms", duration.count());
+}
+
+// Runs `on_expire` (which cancels the I/O of a request) when a step outlives
+// its deadline. The timer's handler may run after the watchdog is gone, so
+// what it needs lives in shared state, and each arm() has its own generation:
+// a stale expiry never cancels a later step.
+class Watchdog {
+public:
+    Watchdog(asio::any_io_executor executor, std::function<void()> on_expire)
+        : state_(std::make_shared<State>(State{asio::steady_timer(std::move(executor)), std::move(on_expire)})) {}
+    ~Watchdog() {
+        state_->on_expire = nullptr;
+        state_->timer.cancel();
+    }
+    Watchdog(const Watchdog&) = delete;
+    Watchdog& operator=(const Watchdog&) = delete;
+
+    // Starts the clock for the next step.
+    void arm(std::chrono::milliseconds limit) {
+        auto generation = ++state_->generation;
+        state_->timer.expires_after(limit);
+        state_->timer.async_wait([state = state_, generation](boost::system::error_code ec) {
+            if (ec || generation != state->generation || !state->on_expire) return;
+            state->expired = true;
+            state->on_expire();
+        });
+    }
+    bool expired() const { return state_->expired; }
+
+private:
+    struct State {
+        asio::steady_timer timer;
+        std::function<void()> on_expire;
+        unsigned generation = 0;
+        bool expired = false;
+    };
+    std::shared_ptr<State> state_;
+};
+
+void cancel_io(Socket& socket) {
+    boost::system::error_code ignored;
+    socket.cancel(ignored);
 }
 
 // A connection handed over after the HTTP upgrade; writes are queued so that
@@ -199,25 +252,54 @@ bool DaemonInfo::nvidia_runtime() const {
 struct Client::Impl {
     asio::any_io_executor executor;
     Endpoint endpoint;
+    Deadlines deadlines;
     std::string api_version{min_api};
     std::vector<Socket> idle;
 
+    // One request and its answer on an open connection.
+    struct Exchange {
+        Socket socket;
+        boost::system::error_code error;  // a failure other than a deadline
+        http::response<http::string_body> response;
+        bool reusable = false;  // the answer was read whole and nothing trails it
+    };
+
+    std::string timed_out(std::string_view what, std::string_view step, std::chrono::milliseconds limit) const {
+        return fmt::format("{}: the Docker daemon at {} {} within {} (timed out; the daemon may be overloaded or stalled)",
+                           what, endpoint.describe(), step, describe(limit));
+    }
+
     asio::awaitable<Socket> open() {
         Socket socket(executor);
+        asio::ip::tcp::resolver resolver(executor);
+        Watchdog watchdog(executor, [&socket, &resolver] {
+            resolver.cancel();
+            cancel_io(socket);
+        });
+        watchdog.arm(deadlines.connect);
         boost::system::error_code ec;
         if (endpoint.kind == Endpoint::Kind::unix_socket) {
             asio::generic::stream_protocol::endpoint target{asio::local::stream_protocol::endpoint(endpoint.path)};
             std::tie(ec) = co_await socket.async_connect(target, use_tuple);
         } else {
-            asio::ip::tcp::resolver resolver(executor);
             auto [resolve_ec, results] = co_await resolver.async_resolve(endpoint.host, endpoint.port, use_tuple);
             ec = resolve_ec;
             for (const auto& entry : results) {
                 boost::system::error_code ignored;
                 socket.close(ignored);
                 std::tie(ec) = co_await socket.async_connect(asio::generic::stream_protocol::endpoint(entry.endpoint()), use_tuple);
-                if (!ec) break;
+                if (!ec || watchdog.expired()) break;
             }
+        }
+        if (watchdog.expired()) {
+            throw Error(0, fmt::format("cannot reach the Docker daemon at {}: no connection within {} (timed out; "
+                                       "the daemon may be overloaded or stalled)",
+                                       endpoint.describe(), describe(deadlines.connect)));
+        }
+        if (ec == asio::error::access_denied) {
+            throw Error(0, fmt::format("permission denied on the Docker socket {}: add this user to the docker group "
+                                       "(sudo usermod -aG docker $USER, then log in again) or set DOCKER_HOST to a daemon it may use",
+                                       endpoint.describe()));
         }
         if (ec) {
             throw Error(0, fmt::format("cannot reach the Docker daemon at {}: {} (is Docker running? "
@@ -225,6 +307,38 @@ struct Client::Impl {
                                        endpoint.describe(), ec.message()));
         }
         co_return socket;
+    }
+
+    // Sends `req` and reads the answer, each step within the deadline (the body's
+    // deadline restarts with every piece that arrives). Throws Error on a deadline.
+    asio::awaitable<Exchange> exchange(Socket socket, http::request<http::string_body> req, std::uint64_t max_body,
+                                       std::string what) {
+        Exchange out{std::move(socket)};
+        Socket& stream = out.socket;
+        Watchdog watchdog(executor, [&stream] { cancel_io(stream); });
+        beast::flat_buffer buffer;
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(max_body);
+        std::string_view step = "did not take the request";
+        watchdog.arm(deadlines.step);
+        auto [ec, n] = co_await http::async_write(stream, req, use_tuple);
+        if (!ec) {
+            step = "did not answer";
+            watchdog.arm(deadlines.step);
+            std::tie(ec, n) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+        }
+        while (!ec && !parser.is_done()) {
+            step = "stopped sending its answer";
+            watchdog.arm(deadlines.step);
+            std::tie(ec, n) = co_await http::async_read_some(stream, buffer, parser, use_tuple);
+        }
+        if (watchdog.expired()) throw Error(0, timed_out(what, step, deadlines.step));
+        out.error = ec;
+        if (!ec) {
+            out.response = parser.release();
+            out.reusable = out.response.keep_alive() && buffer.size() == 0;
+        }
+        co_return out;
     }
 
     http::request<http::string_body> make_request(http::verb verb, std::string target) const {
@@ -235,21 +349,24 @@ struct Client::Impl {
     }
 };
 
-Client::Client(asio::any_io_executor executor, Endpoint endpoint)
-    : impl_(std::make_unique<Impl>(Impl{std::move(executor), std::move(endpoint)})) {}
+Client::Client(asio::any_io_executor executor, Endpoint endpoint, Deadlines deadlines)
+    : impl_(std::make_unique<Impl>(Impl{std::move(executor), std::move(endpoint), deadlines})) {}
 
 Client::~Client() = default;
 
 const std::string& Client::api_version() const { return impl_->api_version; }
 
+const Endpoint& Client::endpoint() const { return impl_->endpoint; }
+
 asio::awaitable<void> Client::connect() {
-    Socket socket = co_await impl_->open();
+    auto socket = co_await impl_->open();
     auto req = impl_->make_request(http::verb::get, "/_ping");
-    beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    auto [rec, n] = co_await http::async_write(socket, req, use_tuple);
-    if (!rec) std::tie(rec, n) = co_await http::async_read(socket, buffer, res, use_tuple);
-    if (rec) throw Error(0, fmt::format("the Docker daemon at {} did not answer /_ping: {}", impl_->endpoint.describe(), rec.message()));
+    std::string what = "GET /_ping";
+    auto exchange = co_await impl_->exchange(std::move(socket), std::move(req), 1 << 20, std::move(what));
+    const auto& res = exchange.response;
+    if (exchange.error) {
+        throw Error(0, fmt::format("the Docker daemon at {} did not answer /_ping: {}", impl_->endpoint.describe(), exchange.error.message()));
+    }
     if (res.result_int() != 200) throw Error(res.result_int(), fmt::format("the Docker daemon at {} answered /_ping with HTTP {}", impl_->endpoint.describe(), res.result_int()));
     std::string version(res["Api-Version"]);
     if (version.empty()) version = std::string(min_api);
@@ -262,6 +379,7 @@ asio::awaitable<void> Client::connect() {
 asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
                                                   std::uint64_t max_body) {
     auto verb = http::string_to_verb(method);
+    auto started = std::chrono::steady_clock::now();
     for (int attempt = 0;; ++attempt) {
         // No co_await inside ?: here: GCC 12 miscompiles it (the socket is destroyed).
         bool reused = !impl_->idle.empty();
@@ -272,32 +390,32 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
         } else {
             connection.emplace(co_await impl_->open());
         }
-        Socket& socket = *connection;
         auto req = impl_->make_request(verb, "/v" + impl_->api_version + target);
         req.keep_alive(true);
         if (!body.empty() || verb == http::verb::post || verb == http::verb::put) {
             req.set(http::field::content_type, content_type);
-            req.body() = body;
+            // Kept for a retry: the request may go out twice.
+            req.body() = reused && attempt == 0 ? body : std::move(body);
         }
         req.prepare_payload();
-        beast::flat_buffer buffer;
-        http::response_parser<http::string_body> parser;
-        parser.body_limit(max_body);
-        auto [ec, n] = co_await http::async_write(socket, req, use_tuple);
-        if (!ec) std::tie(ec, n) = co_await http::async_read(socket, buffer, parser, use_tuple);
+        std::string what = method + " " + target;
+        auto exchange = co_await impl_->exchange(std::move(*connection), std::move(req), max_body, std::move(what));
+        auto ec = exchange.error;
         if (ec == http::error::body_limit) {
             throw Error(413, fmt::format("{} {}: the answer is larger than {} bytes", method, target, max_body));
         }
         if (ec) {
             // An idle keep-alive connection the daemon closed: try once on a fresh one.
             if (reused && attempt == 0) continue;
-            throw Error(0, fmt::format("{} {}: connection to the Docker daemon failed: {}", method, target, ec.message()));
+            throw Error(0, fmt::format("{} {}: connection to the Docker daemon at {} failed: {}", method, target,
+                                       impl_->endpoint.describe(), ec.message()));
         }
-        auto res = parser.release();
-        if (res.keep_alive() && buffer.size() == 0 && impl_->idle.size() < max_idle_connections) {
-            impl_->idle.push_back(std::move(socket));
+        if (exchange.reusable && impl_->idle.size() < max_idle_connections) {
+            impl_->idle.push_back(std::move(exchange.socket));
         }
-        co_return Response{res.result_int(), std::move(res.body())};
+        log::debug("docker {} {}: HTTP {} in {:.1f} ms", method, target, exchange.response.result_int(),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+        co_return Response{exchange.response.result_int(), std::move(exchange.response.body())};
     }
 }
 
@@ -318,6 +436,7 @@ asio::awaitable<void> Client::start_container(std::string id) {
 }
 
 asio::awaitable<void> Client::kill_container(std::string id, std::string signal) {
+    log::debug("killing container {} with {}", id.substr(0, 12), signal);
     auto res = co_await request("POST", "/containers/" + id + "/kill?signal=" + url_encode(signal));
     if (res.status != 409 && res.status != 404) check(res, "killing the container failed");  // 409: not running
 }
@@ -371,11 +490,17 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
         req.body() = std::move(body);
     }
     req.prepare_payload();
+    // Deadlines up to the upgrade; the stream itself may stay quiet for as long as its program runs.
+    Watchdog watchdog(impl_->executor, [&socket] { cancel_io(socket); });
+    watchdog.arm(impl_->deadlines.step);
     auto [wec, wn] = co_await http::async_write(socket, req, use_tuple);
+    if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not take the request", impl_->deadlines.step));
     if (wec) throw Error(0, fmt::format("{} failed: {}", what, wec.message()));
     beast::flat_buffer buffer;
     http::response_parser<http::empty_body> parser;
+    watchdog.arm(impl_->deadlines.step);
     auto [rec, rn] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
+    if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not answer", impl_->deadlines.step));
     if (rec) throw Error(0, fmt::format("{} failed: {}", what, rec.message()));
     unsigned status = parser.get().result_int();
     if (status != 101 && status != 200) throw Error(status, fmt::format("{} failed (HTTP {})", what, status));
@@ -462,32 +587,11 @@ asio::awaitable<std::optional<ImageInfo>> Client::inspect_image(std::string imag
         std::string_view text;
         if (doc.root()["Id"].get(text) == simdjson::SUCCESS) info.id = text;
         if (doc.root()["Architecture"].get(text) == simdjson::SUCCESS) info.architecture = text;
+        if (doc.root()["Size"].get(info.size) != simdjson::SUCCESS) info.size = 0;
+        simdjson::dom::element config;
+        if (doc.root()["Config"].get(config) == simdjson::SUCCESS) info.labels = read_labels(config);
     }
     co_return info;
-}
-
-asio::awaitable<void> Client::pull_image(std::string image) {
-    std::string name = image, tag = "latest";
-    auto slash = image.rfind('/');
-    auto colon = image.rfind(':');
-    if (image.find('@') == std::string::npos && colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
-        name = image.substr(0, colon);
-        tag = image.substr(colon + 1);
-    }
-    auto res = check(co_await request("POST", "/images/create?fromImage=" + url_encode(name) + "&tag=" + url_encode(tag)),
-                     fmt::format("pulling image {} failed", image));
-    // Failures can also arrive inside the progress stream, one JSON object per line.
-    std::string_view body = res.body;
-    while (!body.empty()) {
-        auto end = body.find('\n');
-        auto line = body.substr(0, end);
-        body = end == body.npos ? std::string_view{} : body.substr(end + 1);
-        json::Document doc;
-        std::string_view error;
-        if (!doc.parse(std::string(line)) && doc.root()["error"].get(error) == simdjson::SUCCESS) {
-            throw Error(500, fmt::format("pulling image {} failed: {}", image, error));
-        }
-    }
 }
 
 DaemonInfo parse_daemon_info(std::string_view info_json) {
@@ -505,6 +609,165 @@ asio::awaitable<DaemonInfo> Client::info() {
     auto out = parse_daemon_info(res.body);
     out.api_version = impl_->api_version;
     co_return out;
+}
+
+// ---- images -----------------------------------------------------------------
+// Pulls and imports answer with a stream of JSON lines ({"status", "progress"...} or
+// {"error"}) over one long response, read here as it arrives.
+
+namespace {
+
+struct ImageReference {
+    std::string repository;
+    std::string tag;
+};
+
+ImageReference split_reference(const std::string& image) {
+    auto slash = image.rfind('/');
+    auto colon = image.rfind(':');
+    if (image.find('@') == std::string::npos && colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
+        return {image.substr(0, colon), image.substr(colon + 1)};
+    }
+    return {image, image.find('@') == std::string::npos ? "latest" : ""};
+}
+
+// Reads a JSON-lines answer to the end, handing each line to `on_line`; returns the
+// HTTP status and the daemon's error (from an error status or an {"error"} line).
+asio::awaitable<std::pair<unsigned, std::string>> read_json_lines(Socket socket, std::function<void(simdjson::dom::element)> on_line) {
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    auto [ec, n] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
+    if (ec) co_return std::pair{0u, "the Docker daemon closed the connection: " + ec.message()};
+    unsigned status = parser.get().result_int();
+    std::string error;
+    std::string pending;
+    while (!parser.is_done()) {
+        std::tie(ec, n) = co_await http::async_read_some(socket, buffer, parser, use_tuple);
+        if (ec) {
+            if (error.empty()) error = "the connection to the Docker daemon broke: " + ec.message();
+            break;
+        }
+        if (status >= 400) continue;  // an error answer is one JSON message, read whole
+        pending += parser.get().body();
+        parser.get().body().clear();
+        for (std::size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
+            json::Document doc;
+            if (doc.parse(pending.substr(0, end))) continue;
+            std::string_view text;
+            if (doc.root()["error"].get(text) == simdjson::SUCCESS) error = text;
+            else if (on_line) on_line(doc.root());
+        }
+    }
+    if (status >= 400) error = daemon_message(parser.get().body());
+    co_return std::pair{status, std::move(error)};
+}
+
+std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
+// Folds the per-layer lines of a pull into one readable line at most every half second.
+class PullReport {
+public:
+    explicit PullReport(ProgressSink sink) : sink_(std::move(sink)) {}
+
+    void line(simdjson::dom::element item) {
+        std::string_view status, id;
+        if (item["status"].get(status) != simdjson::SUCCESS) return;
+        if (item["id"].get(id) != simdjson::SUCCESS) id = {};
+        std::int64_t current = 0, total = 0;
+        if (status == "Downloading" && item["progressDetail"]["current"].get(current) == simdjson::SUCCESS &&
+            item["progressDetail"]["total"].get(total) == simdjson::SUCCESS) {
+            layers_[std::string(id)] = {current, total};
+            emit(false);
+        } else if (status == "Download complete" || status == "Pull complete" || status == "Already exists") {
+            if (auto it = layers_.find(std::string(id)); it != layers_.end()) it->second.first = it->second.second;
+            emit(false);
+        } else if (id.empty() || status.starts_with("Pulling from")) {
+            say(std::string(status));
+        }
+    }
+
+private:
+    void emit(bool force) {
+        auto now = std::chrono::steady_clock::now();
+        if (!force && now - last_ < std::chrono::milliseconds(500)) return;
+        std::int64_t current = 0, total = 0;
+        for (auto& [id, layer] : layers_) {
+            current += layer.first;
+            total += layer.second;
+        }
+        say(fmt::format("downloading {} of {} ({} layers)", megabytes(current), megabytes(total), layers_.size()));
+    }
+    void say(std::string text) {
+        last_ = std::chrono::steady_clock::now();
+        if (sink_) sink_(text);
+    }
+
+    ProgressSink sink_;
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> layers_;
+    std::chrono::steady_clock::time_point last_{};
+};
+
+} // namespace
+
+asio::awaitable<void> Client::pull_image(std::string image, ProgressSink progress) {
+    auto reference = split_reference(image);
+    Socket socket = co_await impl_->open();
+    auto req = impl_->make_request(http::verb::post, fmt::format("/v{}/images/create?fromImage={}&tag={}", impl_->api_version,
+                                                                 url_encode(reference.repository), url_encode(reference.tag)));
+    req.prepare_payload();
+    auto [ec, n] = co_await http::async_write(socket, req, use_tuple);
+    if (ec) throw Error(0, fmt::format("pulling image {} failed: {}", image, ec.message()));
+    auto report = std::make_shared<PullReport>(std::move(progress));
+    // Named, not a temporary in the co_await expression (a GCC 12 coroutine bug).
+    std::function<void(simdjson::dom::element)> on_line = [report](simdjson::dom::element item) { report->line(item); };
+    auto [status, error] = co_await read_json_lines(std::move(socket), std::move(on_line));
+    if (!error.empty()) throw Error(status >= 400 ? status : 500, fmt::format("pulling image {} failed: {}", image, error));
+}
+
+asio::awaitable<std::string> Client::import_image(std::shared_ptr<ByteSource> tarball, std::vector<std::string> changes, std::string message) {
+    std::string target = fmt::format("/v{}/images/create?fromSrc=-&message={}", impl_->api_version, url_encode(message));
+    for (const auto& change : changes) target += "&changes=" + url_encode(change);
+    Socket socket = co_await impl_->open();
+    // The tarball is hundreds of megabytes: sent as it is made, in chunks, never held whole.
+    std::string head = fmt::format("POST {} HTTP/1.1\r\nHost: docker\r\nUser-Agent: cubicle/" CUBICLE_VERSION
+                                   "\r\nContent-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                   target);
+    auto [ec, n] = co_await asio::async_write(socket, asio::buffer(head), use_tuple);
+    std::string chunk(1 << 20, '\0');
+    while (!ec) {
+        std::size_t filled = 0;
+        while (filled < chunk.size()) {
+            auto got = co_await tarball->read_some(chunk.data() + filled, chunk.size() - filled);
+            if (got == 0) break;
+            filled += got;
+        }
+        auto size_line = fmt::format("{:x}\r\n", filled);
+        std::array<asio::const_buffer, 3> pieces{asio::buffer(size_line), asio::buffer(chunk.data(), filled), asio::buffer("\r\n", 2)};
+        std::tie(ec, n) = co_await asio::async_write(socket, pieces, use_tuple);
+        if (filled == 0) break;  // that was the last, empty chunk
+    }
+    // On a write error the daemon may still have said why (a bad change): read its answer.
+    std::string id;
+    std::function<void(simdjson::dom::element)> on_line = [&id](simdjson::dom::element item) {
+        std::string_view text;
+        if (item["status"].get(text) == simdjson::SUCCESS && text.starts_with("sha256:")) id = text;
+    };
+    auto [status, error] = co_await read_json_lines(std::move(socket), std::move(on_line));
+    if (!error.empty()) throw Error(status >= 400 ? status : 500, "importing the image failed: " + error);
+    if (ec) throw Error(0, "importing the image failed: " + ec.message());
+    if (id.empty()) throw Error(status, "importing the image failed: the Docker daemon returned no image id");
+    co_return id;
+}
+
+asio::awaitable<void> Client::tag_image(std::string image, std::string repository, std::string tag) {
+    check(co_await request("POST", fmt::format("/images/{}/tag?repo={}&tag={}", url_encode(image), url_encode(repository), url_encode(tag))),
+          fmt::format("tagging image {} as {}:{} failed", image, repository, tag));
+}
+
+asio::awaitable<void> Client::remove_image(std::string image) {
+    auto res = co_await request("DELETE", "/images/" + url_encode(image));
+    if (res.status != 404 && res.status != 409) check(res, fmt::format("removing image {} failed", image));
 }
 
 } // namespace cubicle::docker

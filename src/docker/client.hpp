@@ -2,6 +2,8 @@
 // Knows nothing of MCP; every call is a coroutine.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,7 +30,17 @@ struct Endpoint {
 // Throws std::invalid_argument for an unsupported or malformed DOCKER_HOST.
 Endpoint parse_docker_host(std::string_view docker_host);
 
-// A failure reported by the daemon (status >= 400) or in reaching it (status 0).
+// How long each step of an Engine request may take: connecting, sending the
+// request, waiting for the answer's headers, and any pause inside its body.
+// A stalled daemon thus fails a call instead of hanging it. Hijacked streams
+// (attach, exec) have no read deadline once upgraded; close() ends them.
+struct Deadlines {
+    std::chrono::milliseconds connect = std::chrono::seconds(5);
+    std::chrono::milliseconds step = std::chrono::seconds(30);
+};
+
+// A failure reported by the daemon (status >= 400) or in reaching it (status 0,
+// a deadline included).
 class Error : public std::runtime_error {
 public:
     Error(unsigned status, std::string message)
@@ -63,7 +75,20 @@ struct ContainerSummary {
 struct ImageInfo {
     std::string id;
     std::string architecture;
+    std::int64_t size = 0;  // bytes
+    std::map<std::string, std::string> labels;
 };
+
+// A request body read piece by piece (a root filesystem tarball from a pipe).
+class ByteSource {
+public:
+    virtual ~ByteSource() = default;
+    // Reads at least one byte; returns 0 at the end. Throws when the producer failed.
+    virtual asio::awaitable<std::size_t> read_some(char* data, std::size_t size) = 0;
+};
+
+// Lines of progress from a long image operation (a pull), already readable.
+using ProgressSink = std::function<void(std::string_view)>;
 
 struct DaemonInfo {
     std::string api_version;
@@ -73,7 +98,7 @@ struct DaemonInfo {
 
 class Client {
 public:
-    Client(asio::any_io_executor executor, Endpoint endpoint);
+    Client(asio::any_io_executor executor, Endpoint endpoint, Deadlines deadlines = {});
     ~Client();
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
@@ -82,6 +107,7 @@ public:
     // clear message when the daemon cannot be reached.
     asio::awaitable<void> connect();
     const std::string& api_version() const;
+    const Endpoint& endpoint() const;
 
     asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});
     asio::awaitable<void> start_container(std::string id);
@@ -108,9 +134,18 @@ public:
     asio::awaitable<std::unique_ptr<RawStream>> attach(std::string id);
     // nullopt when the image is not present locally.
     asio::awaitable<std::optional<ImageInfo>> inspect_image(std::string image);
-    // Pulls an image; throws Error with the daemon's message on failure.
-    asio::awaitable<void> pull_image(std::string image);
     asio::awaitable<DaemonInfo> info();
+
+    // ---- images ----
+    // Pulls an image, reporting progress as it goes (at most a line every half
+    // second); throws Error with the daemon's message on failure.
+    asio::awaitable<void> pull_image(std::string image, ProgressSink progress = {});
+    // Streams a root filesystem tarball into a new untagged image
+    // (POST /images/create?fromSrc=-) with Dockerfile-style `changes`; returns its id.
+    asio::awaitable<std::string> import_image(std::shared_ptr<ByteSource> tarball, std::vector<std::string> changes, std::string message);
+    asio::awaitable<void> tag_image(std::string image, std::string repository, std::string tag);
+    // Removes an image unless a container still uses it (or it is gone already).
+    asio::awaitable<void> remove_image(std::string image);
 
     struct Response {
         unsigned status = 0;

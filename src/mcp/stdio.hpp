@@ -16,7 +16,8 @@ namespace cubicle::mcp {
 
 class StdioTransport {
 public:
-    // Lines longer than this are rejected (write_file content travels inline).
+    // Lines longer than this are refused with an error under their id (write_file
+    // content travels inline, hence the size).
     static constexpr std::size_t max_line = 64u << 20;
 
     StdioTransport(boost::asio::any_io_executor executor, int in_fd, int out_fd);
@@ -32,6 +33,8 @@ public:
 private:
     void read_loop();
     void write_loop();
+    // Answers a line that was too long to read; `id_json` is its id or null.
+    void refuse_oversized(const std::string& id_json);
 
     boost::asio::any_io_executor executor_;
     int in_fd_;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <simdjson.h>
 
 #include "common/cancellation.hpp"
+#include "common/log.hpp"
 
 namespace cubicle::mcp {
 
@@ -21,6 +23,14 @@ struct ImageContent {
     std::string mime_type;
 };
 
+// A resource a result points to (content type resource_link, from 2025-06-18).
+struct ResourceLink {
+    std::string uri;
+    std::string name;
+    std::string mime_type;
+    std::string description;
+};
+
 // What a tool call returns. `structured` is a serialized JSON object matching
 // the tool's output schema; `text` defaults to it.
 struct ToolResult {
@@ -28,26 +38,42 @@ struct ToolResult {
     std::string text;
     bool is_error = false;
     std::vector<ImageContent> images;
+    std::vector<ResourceLink> links;
+};
+
+// How a request wants log lines about it: the 2026-07-28 revision scopes them
+// to the request (sent only at or above the level its _meta names, none without
+// one); earlier revisions send server-wide lines after logging/setLevel.
+struct RequestLogging {
+    bool request_scoped = false;
+    std::optional<log::Level> level;  // request-scoped only
 };
 
 // The per-request side of a tool call: progress, cancellation, logging.
 class RequestContext {
 public:
-    RequestContext(std::function<void(std::string)> send, std::string progress_token)
-        : send_(std::move(send)), progress_token_(std::move(progress_token)),
+    RequestContext(std::function<void(std::string)> send, std::string progress_token, RequestLogging logging = {})
+        : send_(std::move(send)), progress_token_(std::move(progress_token)), logging_(logging),
           cancellation_(std::make_shared<Cancellation>()) {}
 
     bool wants_progress() const { return !progress_token_.empty(); }
     // Sends notifications/progress (when the client asked for it); `progress`
     // must grow from call to call.
     void progress(double progress, std::string_view message);
+    // Logs a line about this request: to stderr, and to the client as it asked.
+    void log(log::Level level, std::string_view message);
     const std::shared_ptr<Cancellation>& cancellation() const { return cancellation_; }
     bool cancelled() const { return cancellation_->cancelled(); }
+    // Who asked: sandboxes belong to the principal that created them.
+    const std::string& principal() const { return principal_; }
+    void set_principal(std::string principal) { principal_ = std::move(principal); }
 
 private:
     std::function<void(std::string)> send_;
     std::string progress_token_;  // serialized JSON (string or number), empty if none
+    RequestLogging logging_;
     std::shared_ptr<Cancellation> cancellation_;
+    std::string principal_;
 };
 
 using ToolHandler = std::function<boost::asio::awaitable<ToolResult>(simdjson::dom::element arguments,

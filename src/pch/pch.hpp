@@ -1,5 +1,8 @@
 // Precompiled header: the heavy, stable headers most translation units use.
-#pragma once
+// An include guard, not #pragma once: GCC warns about the latter when it
+// compiles the header itself into the precompiled header.
+#ifndef CUBICLE_PCH_HPP
+#define CUBICLE_PCH_HPP
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -14,3 +17,5 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#endif

@@ -50,6 +50,13 @@ std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType ty
     return encode(type, id, payload);
 }
 
+std::string encode_save(std::uint32_t id, std::uint64_t cap, std::string_view dir) {
+    std::string payload;
+    put_field(payload, std::to_string(cap));
+    payload += dir;
+    return encode(FrameType::save, id, payload);
+}
+
 std::optional<ExitStatus> parse_exit(std::string_view payload) {
     ExitStatus status;
     std::int64_t fields[6];

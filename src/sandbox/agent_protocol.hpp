@@ -1,5 +1,5 @@
-// The framed protocol between cubicle and its in-sandbox agent (src/agent/agent.c).
-// Each frame: u32 big-endian payload length, u8 type, u32 big-endian exec id, payload.
+// The server's side of the protocol with its in-sandbox agent; the wire format
+// itself is defined once, in agent/protocol.h (shared with the C agent).
 #pragma once
 
 #include <cstdint>
@@ -8,25 +8,16 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/protocol.h"
+
 namespace cubicle::sandbox::agent {
 
-enum class FrameType : std::uint8_t {
-    run = 0x01,
-    kill = 0x02,
-    ping = 0x03,
-    stdin = 0x04,  // more input for an open process; empty closes its stdin
-    open = 0x05,   // like run, but stdin stays open and fd 3 is a control channel
-    hello = 0x10,
-    stdout_ = 0x11,
-    stderr_ = 0x12,
-    exit = 0x13,
-    error = 0x14,
-    pong = 0x15,
-    control = 0x16,  // bytes an open process wrote to fd 3
-};
+#define CUBICLE_FRAME_CXX_(name, cxx_name, value) cxx_name = value,
+enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
+#undef CUBICLE_FRAME_CXX_
 
-constexpr std::size_t header_size = 9;
-constexpr std::uint32_t max_payload = 64u << 20;
+constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
+constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
 
 struct Frame {
     FrameType type;
@@ -47,6 +38,10 @@ struct RunRequest {
 
 // A run (or, with type open, a long-lived process) request.
 std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type = FrameType::run);
+
+// Asks the agent to keep a copy of execution `id`'s output (up to `cap`
+// bytes per stream) in `dir`; sent before the run, or before each cell.
+std::string encode_save(std::uint32_t id, std::uint64_t cap, std::string_view dir);
 
 struct ExitStatus {
     int exit_code = 0;  // -1 when killed by a signal

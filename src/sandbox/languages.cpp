@@ -1,44 +1,141 @@
 #include "sandbox/languages.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <regex>
+
+#include <boost/uuid/detail/sha1.hpp>
+#include <fmt/format.h>
 
 #include "sandbox/policy.hpp"
 
 namespace cubicle::sandbox {
 namespace {
 
-struct Alias {
-    std::string_view name;
-    std::string_view language;
-};
+constexpr std::array<std::string_view, 2> python_aliases{"python3", "py"};
+constexpr std::array<std::string_view, 2> javascript_aliases{"node", "js"};
+constexpr std::array<std::string_view, 2> bash_aliases{"sh", "shell"};
+constexpr std::array<std::string_view, 1> typescript_aliases{"ts"};
+constexpr std::array<std::string_view, 2> r_aliases{"rscript", "rlang"};
+constexpr std::array<std::string_view, 1> ruby_aliases{"rb"};
+constexpr std::array<std::string_view, 1> go_aliases{"golang"};
+constexpr std::array<std::string_view, 1> c_aliases{"gcc"};
+constexpr std::array<std::string_view, 3> cpp_aliases{"c++", "cxx", "g++"};
+constexpr std::array<std::string_view, 0> java_aliases{};
+constexpr std::array<std::string_view, 1> rust_aliases{"rs"};
 
-constexpr std::array aliases{
-    Alias{"python", "python"}, Alias{"python3", "python"}, Alias{"py", "python"},
-    Alias{"javascript", "javascript"}, Alias{"node", "javascript"}, Alias{"js", "javascript"},
-    Alias{"bash", "bash"}, Alias{"sh", "bash"}, Alias{"shell", "bash"},
+// Compiles run in a scratch directory next to the build's own, with the source saved
+// under source_file; the run command gets the finished directory as {dir}.
+// Optimisation levels favour a short compile: these are snippets, not releases.
+constexpr std::array language_table{
+    Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true},
+    Language{"javascript", javascript_aliases, "", "", "", "node", "node --version", "nodejs", true},
+    Language{"bash", bash_aliases, "", "", "", "bash", "bash --version", "bash", false},
+    // Debian has no @types/node: require, process and any imported module are typed `any`.
+    Language{"typescript", typescript_aliases, "main.ts",
+             "printf 'declare var require: any, process: any, module: any, exports: any, Buffer: any, __dirname: string, "
+             "__filename: string;\\ndeclare module \"*\";\\n' > node.d.ts && "
+             "tsc --pretty false --target es2020 --module commonjs --lib es2020,dom --outDir . main.ts node.d.ts",
+             "node \"{dir}/main.js\"", "tsc", "tsc --version", "node-typescript nodejs", false},
+    Language{"r", r_aliases, "main.R", "", "Rscript \"{dir}/main.R\"", "Rscript", "R --version", "r-base-core", true},
+    Language{"ruby", ruby_aliases, "main.rb", "", "ruby \"{dir}/main.rb\"", "ruby", "ruby --version", "ruby", true},
+    Language{"go", go_aliases, "main.go", "go build -o prog main.go", "\"{dir}/prog\"", "go", "go version", "golang-go", false},
+    Language{"c", c_aliases, "main.c", "gcc -O1 -o prog main.c -lm", "\"{dir}/prog\"", "gcc", "gcc --version", "gcc libc6-dev", false},
+    Language{"cpp", cpp_aliases, "main.cpp", "g++ -std=c++20 -O1 -o prog main.cpp", "\"{dir}/prog\"", "g++", "g++ --version", "g++",
+             false},
+    // Serial GC and the C1 compiler only: the JVM starts noticeably faster in a small container.
+    Language{"java", java_aliases, "{class}.java",
+             "javac -J-XX:+UseSerialGC -J-XX:TieredStopAtLevel=1 -encoding UTF-8 -d . \"{class}.java\"",
+             "java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp \"{dir}\" {class}", "javac", "javac -version",
+             "default-jdk-headless", false},
+    Language{"rust", rust_aliases, "main.rs", "rustc --edition 2021 -C opt-level=1 -o prog main.rs", "\"{dir}/prog\"", "rustc",
+             "rustc --version", "rustc", false},
 };
 
 // Beyond this, code no longer fits one argv string (MAX_ARG_STRLEN is 128 KiB).
 constexpr std::size_t max_argv_code = 100 * 1024;
 
-} // namespace
-
-std::optional<std::string_view> canonical_language(std::string_view name) {
-    for (const auto& alias : aliases) {
-        if (alias.name == name) return alias.language;
-    }
-    return std::nullopt;
+std::string replace_all(std::string text, std::string_view from, std::string_view to) {
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+    return text;
 }
 
-std::string_view language_list() { return "python (python3, py), javascript (node, js), bash (sh, shell)"; }
+// Java wants the file named after its public class; the class with main() is run.
+std::string java_class(const std::string& code) {
+    static const std::regex public_class(R"(public\s+(?:final\s+|abstract\s+)*class\s+([A-Za-z_$][A-Za-z0-9_$]*))");
+    static const std::regex any_class(R"((?:^|\s)class\s+([A-Za-z_$][A-Za-z0-9_$]*))");
+    std::smatch match;
+    if (std::regex_search(code, match, public_class) || std::regex_search(code, match, any_class)) return match[1].str();
+    return "Main";
+}
 
-agent::RunRequest program_for(std::string_view language, std::string code) {
+std::string content_hash(std::string_view language, std::string_view code) {
+    boost::uuids::detail::sha1 sha;
+    sha.process_bytes(language.data(), language.size());
+    sha.process_byte(0);
+    sha.process_bytes(code.data(), code.size());
+    boost::uuids::detail::sha1::digest_type digest;
+    sha.get_digest(digest);
+    std::string hex;
+    for (auto word : digest) hex += fmt::format("{:08x}", word);
+    return hex;
+}
+
+// $1 is the build directory. A finished build is marked by .built; a failed one leaves nothing
+// behind, and the scratch directory of one killed at its timeout goes at the next build of the
+// same code; of two concurrent builds of the same code the second one to finish is dropped.
+constexpr std::string_view prepare_script = R"SH(d=$1
+[ -f "$d/.built" ] && exit 0
+rm -rf "$d".*
+t="$d.$$"
+mkdir -p "$t" && cd "$t" || exit 1
+cat > '{file}'
+{compile}
+s=$?
+if [ "$s" -ne 0 ]; then cd / && rm -rf "$t"; exit "$s"; fi
+touch .built && cd .. && { mv -T "$t" "$d" 2>/dev/null || rm -rf "$t"; }
+)SH";
+
+} // namespace
+
+std::span<const Language> languages() { return language_table; }
+
+const Language* find_language(std::string_view name) {
+    std::string lower(name);
+    std::ranges::transform(lower, lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (const auto& language : language_table) {
+        if (language.name == lower || std::ranges::find(language.aliases, lower) != language.aliases.end()) return &language;
+    }
+    return nullptr;
+}
+
+std::string language_list() {
+    std::string out;
+    for (const auto& language : language_table) {
+        if (!out.empty()) out += ", ";
+        out += language.name;
+        if (!language.aliases.empty()) out += fmt::format(" ({})", fmt::join(language.aliases, ", "));
+    }
+    return out;
+}
+
+std::vector<std::string_view> language_names() {
+    std::vector<std::string_view> names;
+    for (const auto& language : language_table) {
+        names.push_back(language.name);
+        names.insert(names.end(), language.aliases.begin(), language.aliases.end());
+    }
+    return names;
+}
+
+agent::RunRequest program_for(const Language& language, std::string code) {
     agent::RunRequest request;
-    if (language == "python") {
+    if (language.name == "python") {
         // Python and Node read the whole program from stdin before running it.
         request.argv = {"python3", "-u", "-"};
         request.stdin_data = std::move(code);
-    } else if (language == "javascript") {
+    } else if (language.name == "javascript") {
         request.argv = {"node", "-"};
         request.stdin_data = std::move(code);
     } else if (code.size() <= max_argv_code) {
@@ -51,13 +148,85 @@ agent::RunRequest program_for(std::string_view language, std::string code) {
     return request;
 }
 
+std::optional<agent::RunRequest> program_with_stdin(std::string_view language, std::string code) {
+    if (code.size() > max_argv_code) return std::nullopt;
+    agent::RunRequest request;
+    if (language == "python") {
+        request.argv = {"python3", "-u", "-c", std::move(code)};
+    } else if (language == "javascript") {
+        request.argv = {"node", "-e", std::move(code)};
+    } else {
+        request.argv = {"bash", "-c", std::move(code)};
+    }
+    return request;
+}
+
+Build build_for(const Language& language, std::string code, std::string_view workspace) {
+    std::string java = language.name == "java" ? java_class(code) : std::string();
+    auto fill = [&](std::string_view text, std::string_view dir) {
+        return replace_all(replace_all(std::string(text), "{class}", java), "{dir}", dir);
+    };
+    Build build;
+    build.dir = fmt::format("{}/.cubicle/build/{}-{}", workspace, language.name, content_hash(fill(language.compile, ""), code).substr(0, 24));
+    // Go and Cargo keep caches under HOME by default; the workspace is the one place a
+    // sandbox may write and execute. Go never reaches for the network.
+    std::vector<std::string> env{fmt::format("GOCACHE={}/.cubicle/cache/go", workspace), fmt::format("GOPATH={}/.cubicle/go", workspace),
+                                 "GOPROXY=off", fmt::format("CARGO_HOME={}/.cubicle/cargo", workspace)};
+    std::string compile = language.compile.empty() ? std::string(":") : fill(language.compile, "");
+    auto script = replace_all(replace_all(std::string(prepare_script), "{file}", fill(language.source_file, "")), "{compile}", compile);
+    build.prepare.argv = {"/bin/sh", "-c", std::move(script), "sh", build.dir};
+    build.prepare.stdin_data = std::move(code);
+    build.prepare.env = env;
+    build.run.argv = {"/bin/sh", "-c", "exec " + fill(language.run, build.dir)};
+    build.run.env = std::move(env);
+    return build;
+}
+
 namespace {
 
 // Runs cells in one namespace. User code gets /dev/null as stdin (the cell
 // stream stays private), a final bare expression is echoed like a REPL,
 // tracebacks start at the user's code, and processes a cell forks end with it.
+// matplotlib draws with a backend of the driver's (Agg underneath) whose
+// show() saves the open figures, like a notebook; figures left open at the end
+// of a cell are saved too, so plots come back without savefig.
 constexpr std::string_view python_driver = R"PY(
-import ast, importlib, os, site, struct, sys, traceback
+import ast, importlib, importlib.abc, importlib.util, os, site, struct, sys, traceback
+figures = {'dir': '', 'count': 0}
+def _save_figures():
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is None or not figures['dir']: return
+    for number in plt.get_fignums():
+        if figures['count'] >= 20: break
+        figures['count'] += 1
+        try:
+            os.makedirs(figures['dir'], exist_ok=True)
+            plt.figure(number).savefig(os.path.join(figures['dir'], 'figure-%d.png' % figures['count']), format='png')
+        except Exception as e:
+            figures['count'] -= 1
+            print('[cubicle] figure %s could not be saved: %s' % (number, e), file=sys.stderr)
+    plt.close('all')
+class _Backend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    # Not through MPLBACKEND: the interpreter's child processes lack this backend.
+    def find_spec(self, name, path=None, target=None):
+        if name == '_cubicle_backend': return importlib.util.spec_from_loader(name, self)
+        if name != 'matplotlib' or 'MPLBACKEND' in os.environ: return None
+        sys.meta_path.remove(self)
+        try: spec = importlib.util.find_spec(name)
+        finally: sys.meta_path.append(self)
+        if spec is None or spec.loader is None: return spec
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            module.rcParams['backend'] = 'module://_cubicle_backend'
+        spec.loader.exec_module = exec_module
+        return spec
+    def create_module(self, spec): return None
+    def exec_module(self, module):
+        from matplotlib.backends import backend_agg
+        module.__dict__.update({k: v for k, v in vars(backend_agg).items() if not k.startswith('__')})
+        module.show = lambda *args, **kwargs: _save_figures()
+sys.meta_path.insert(0, _Backend())
 def _cubicle():
     cells = os.fdopen(os.dup(0), 'rb', buffering=0)
     null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
@@ -76,6 +245,8 @@ def _cubicle():
         header = read(5)
         if header is None: return
         size, flags = struct.unpack('>IB', header)
+        figures['dir'] = read(struct.unpack('>H', read(2))[0]).decode() if flags & 2 else ''
+        figures['count'] = 0
         code = read(size).decode('utf-8', 'replace')
         status = 0
         user_site = site.getusersitepackages()  # packages installed since start-up become importable
@@ -97,12 +268,14 @@ def _cubicle():
         except BaseException as e:
             traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
             status = 1
+        try: _save_figures()
+        except BaseException as e: print('[cubicle] figures could not be saved: %s' % e, file=sys.stderr)
         for stream in (sys.stdout, sys.stderr):
             try: stream.flush()
             except Exception: pass
         if os.getpid() != interpreter:
             os._exit(status)  # a child the cell forked must not read the next cells
-        control.write(b'%d\n' % status)
+        control.write(b'%d %d\n' % (status, figures['count']))
 _cubicle()
 )PY";
 
@@ -134,24 +307,113 @@ process.stdin.on('data', (chunk) => {
 process.stdin.on('end', () => queue.then(() => process.exit(0)));
 )JS";
 
+// The same loop for Ruby: cells run in the top-level binding, so local variables,
+// methods and requires persist. The driver's own variables live in a method, out of sight.
+constexpr std::string_view ruby_driver = R"RB(
+def __cubicle
+  cells = STDIN.dup
+  cells.binmode
+  STDIN.reopen(File::NULL)
+  control = IO.for_fd(3, 'wb')
+  control.sync = true
+  $stdout.sync = true
+  $stderr.sync = true
+  interpreter = Process.pid
+  loop do
+    header = cells.read(5)
+    return if header.nil? || header.bytesize < 5
+    size, _flags = header.unpack('NC')
+    code = (size > 0 ? cells.read(size) : '').force_encoding(Encoding::UTF_8)
+    status = 0
+    begin
+      TOPLEVEL_BINDING.eval(code, '<cell>', 1)
+    rescue SystemExit => e
+      status = e.status
+    rescue Exception => e
+      $stderr.puts e.full_message(highlight: false)
+      status = 1
+    end
+    $stdout.flush
+    $stderr.flush
+    exit!(status) if Process.pid != interpreter
+    control.write("#{status}\n")
+  end
+end
+__cubicle
+)RB";
+
+// And for R: cells are evaluated in the global environment, visible values are
+// printed as Rscript prints them, warnings appear as they happen.
+constexpr std::string_view r_driver = R"R(
+local({
+  cells <- file("stdin", open = "rb")
+  control <- file("/proc/self/fd/3", open = "wb")
+  read_exact <- function(n) {
+    out <- raw(0)
+    while (length(out) < n) {
+      chunk <- readBin(cells, "raw", n - length(out))
+      if (length(chunk) == 0) return(NULL)
+      out <- c(out, chunk)
+    }
+    out
+  }
+  options(warn = 1)
+  repeat {
+    header <- read_exact(5)
+    if (is.null(header)) break
+    size <- sum(as.integer(header[1:4]) * c(16777216, 65536, 256, 1))
+    code <- if (size > 0) rawToChar(read_exact(size)) else ""
+    Encoding(code) <- "UTF-8"
+    status <- 0L
+    tryCatch({
+      for (e in parse(text = code, keep.source = FALSE)) {
+        result <- withVisible(eval(e, envir = globalenv()))
+        if (result$visible) print(result$value)
+      }
+    }, error = function(err) {
+      call <- conditionCall(err)
+      where <- if (is.null(call)) "" else paste0(" in ", paste(deparse(call), collapse = " "), " ")
+      cat("Error", where, ": ", conditionMessage(err), "\n", sep = "", file = stderr())
+      status <<- 1L
+    })
+    flush(stdout())
+    flush(stderr())
+    writeBin(charToRaw(paste0(status, "\n")), control)
+    flush(control)
+  }
+})
+)R";
+
 } // namespace
 
-bool has_interpreter(std::string_view language) { return language == "python" || language == "javascript"; }
+bool has_interpreter(std::string_view language) {
+    return std::ranges::any_of(language_table, [language](const Language& l) { return l.name == language && l.repl; });
+}
 
 agent::RunRequest interpreter_for(std::string_view language) {
     agent::RunRequest request;
     if (language == "python") {
         request.argv = {"python3", "-u", "-c", std::string(python_driver)};
-    } else {
+    } else if (language == "javascript") {
         request.argv = {"node", "-e", std::string(node_driver)};
+    } else if (language == "ruby") {
+        request.argv = {"ruby", "-e", std::string(ruby_driver)};
+    } else {
+        request.argv = {"Rscript", "-e", std::string(r_driver)};
     }
     return request;
 }
 
-std::string encode_cell(std::string_view code, bool echo) {
+std::string encode_cell(std::string_view code, bool echo, std::string_view figure_dir) {
     auto n = static_cast<std::uint32_t>(code.size());
+    auto d = static_cast<std::uint16_t>(figure_dir.size());
     std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n),
-                    static_cast<char>(echo ? 1 : 0)};
+                    static_cast<char>((echo ? 1 : 0) | (d ? 2 : 0))};
+    if (d) {
+        out += static_cast<char>(d >> 8);
+        out += static_cast<char>(d);
+        out += figure_dir.substr(0, d);
+    }
     out += code;
     return out;
 }
@@ -160,6 +422,26 @@ agent::RunRequest shell_command(std::string command) {
     agent::RunRequest request;
     request.argv = {"/bin/sh", "-c", std::move(command)};
     return request;
+}
+
+std::string language_probe_script() {
+    // The version commands run side by side: a JVM or R takes a while to start.
+    std::string script = "d=$(mktemp -d) || exit 1\n";
+    for (const auto& language : language_table) {
+        script += fmt::format("if command -v {} >/dev/null 2>&1; then ({}) >\"$d/{}\" 2>&1 </dev/null & fi\n", language.program,
+                              language.version, language.name);
+    }
+    script += "wait\nfor n in";
+    for (const auto& language : language_table) script += fmt::format(" {}", language.name);
+    script += "; do [ -e \"$d/$n\" ] && printf '%s\\t%s\\n' \"$n\" \"$(sed -n '/[0-9]/{p;q}' \"$d/$n\")\"; done\nrm -rf \"$d\"\n";
+    return script;
+}
+
+std::string version_number(std::string_view output) {
+    static const std::regex number(R"(\d+(?:\.\d+)+)");
+    std::match_results<std::string_view::const_iterator> match;
+    if (std::regex_search(output.begin(), output.end(), match, number)) return match.str();
+    return std::string(output);
 }
 
 } // namespace cubicle::sandbox

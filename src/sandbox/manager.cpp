@@ -1,9 +1,9 @@
 #include "sandbox/manager.hpp"
 
 #include <chrono>
-#include <ctime>
 #include <set>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -14,8 +14,10 @@
 #include "common/ids.hpp"
 #include "common/log.hpp"
 #include "docker/tar.hpp"
+#include "image/profiles.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/agent_blob.hpp"
+#include "sandbox/owner.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -27,9 +29,26 @@ public:
 };
 
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
-// A container of another instance still in "created" this long, while that
-// instance runs no container at all, was abandoned between create and start.
-constexpr std::int64_t abandoned_after_s = 3;
+// How often the containers of other, dead instances are looked for.
+constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
+// How often shutdown looks again for containers of its own that are still being removed.
+constexpr int leftover_rounds = 40;
+
+// Runs `tasks` at once and returns when every one has ended; each reports its own failures.
+asio::awaitable<void> all_at_once(asio::any_io_executor executor, std::vector<asio::awaitable<void>> tasks) {
+    struct Countdown {
+        std::size_t left;
+        asio::steady_timer done;
+    };
+    auto countdown = std::make_shared<Countdown>(
+        Countdown{tasks.size(), asio::steady_timer(executor, asio::steady_timer::time_point::max())});
+    for (auto& task : tasks) {
+        asio::co_spawn(executor, std::move(task), [countdown](std::exception_ptr) {
+            if (--countdown->left == 0) countdown->done.cancel();
+        });
+    }
+    if (countdown->left > 0) co_await countdown->done.async_wait(asio::as_tuple(asio::use_awaitable));
+}
 
 } // namespace
 
@@ -46,8 +65,10 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.image.empty()) spec.image = config_.default_image;
     if (spec.memory_mb <= 0) spec.memory_mb = config_.memory_mb;
     if (spec.cpus <= 0) spec.cpus = config_.cpus;
-    spec.pids_limit = config_.pids_limit;
-    spec.tmp_size_mb = config_.tmp_size_mb;
+    if (spec.pids_limit <= 0) spec.pids_limit = config_.pids_limit;
+    if (spec.tmp_size_mb <= 0) spec.tmp_size_mb = config_.tmp_size_mb;
+    if (spec.disk_mb <= 0) spec.disk_mb = config_.disk_mb;
+    if (spec.files_limit <= 0) spec.files_limit = config_.files_limit;
     if (spec.gpu && !daemon_info_.nvidia_runtime()) {
         std::string runtimes;
         for (const auto& runtime : daemon_info_.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + runtime;
@@ -64,27 +85,62 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
 
 asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status) {
     if (co_await docker_.inspect_image(image)) co_return;
+    // cubicle's own images are built on this host, never pulled: whoever held the name
+    // on a public registry would choose what every sandbox runs.
+    if (auto profile = image::find_profile(image)) {
+        throw ToolError(profile->image == config_.default_image || image::find_profile(config_.default_image) == profile
+                            ? std::string("the sandbox image is not installed on this host; ask the user to run `cubicle image build`")
+                            : fmt::format("the image {} is not installed on this host; ask the user to run `cubicle image build {}`",
+                                          profile->image, profile->name));
+    }
+    log::info("pulling image {}", image);
     if (status) status(fmt::format("image {} is not present locally; pulling it", image));
+    auto progress = [image, status](std::string_view line) {
+        log::info("pulling {}: {}", image, line);
+        if (status) status(line);
+    };
     try {
-        co_await docker_.pull_image(image);
+        co_await docker_.pull_image(image, std::move(progress));
     } catch (const docker::Error& e) {
         throw ToolError(fmt::format("image {} is not available: it is not present locally and could not be pulled ({}). "
-                                    "Build or load it on the Docker host, or pick another image.",
+                                    "Ask the user to load it on the Docker host, or pick another image.",
                                     image, e.what()));
     }
+    log::info("pulled image {}", image);
 }
 
-Manager::CreationSlot Manager::reserve_slot() {
+asio::awaitable<bool> Manager::check_default_image() {
+    if (co_await docker_.inspect_image(config_.default_image)) co_return true;
+    if (auto profile = image::find_profile(config_.default_image)) {
+        log::warning("the default sandbox image {} is not installed: build it with `cubicle image build{}` "
+                     "(as root, a few minutes; `cubicle doctor` checks the setup). Until then every sandbox fails.",
+                     config_.default_image, profile->name == "sandbox" ? "" : " " + profile->name);
+    } else {
+        log::warning("the default sandbox image {} is not on this host: it will be pulled on first use", config_.default_image);
+    }
+    co_return false;
+}
+
+Manager::CreationSlot Manager::reserve_slot(const std::string& owner) {
+    if (closed_) throw ToolError("the server is stopping; no new sandbox can start");
     if (sandboxes_.size() + creating_ >= static_cast<std::size_t>(config_.max_sandboxes)) {
         throw ToolError(fmt::format("the server already runs its maximum of {} sandboxes; stop one with stop_sandbox first",
                                     config_.max_sandboxes));
     }
+    auto& owner_creating = creating_by_owner_[owner];
+    if (per_owner_limit_ && list(owner).size() + owner_creating >= per_owner_limit_) {
+        throw ToolError(fmt::format("you already have your maximum of {} live sandboxes on this server; stop one with "
+                                    "stop_sandbox first",
+                                    per_owner_limit_));
+    }
     ++creating_;
-    return CreationSlot{creating_};
+    ++owner_creating;
+    return CreationSlot{creating_, owner_creating};
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec spec, StatusSink status) {
-    auto profile = fmt::format("{}|{}|{}|{}", spec.image, spec.memory_mb, spec.cpus, spec.gpu);
+    auto profile = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.tmp_size_mb,
+                               spec.disk_mb, spec.files_limit, spec.gpu);
     auto& host = workspace_hosts_[profile];
     if (!host || !host->alive()) {
         co_await ensure_image(spec.image, status);
@@ -95,10 +151,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec sp
     co_return host;
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec spec, StatusSink status) {
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec spec, std::string owner, StatusSink status) {
     spec = resolve(std::move(spec));
     if (spec.network) throw ToolError("a shared-container workspace cannot have network access; create a sandbox of its own");
-    auto slot = reserve_slot();
+    auto slot = reserve_slot(owner);
     auto host = co_await workspace_host(spec, status);
     std::string id = "ws-" + random_hex(6);
     unsigned uid = next_workspace_uid_++;
@@ -109,7 +165,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     // Its own agent, started as its uid through Docker exec (no capability is needed to
     // switch users); it ends, with its processes, when this connection closes.
     auto workspace = std::string(workspace_dir) + "/" + id;
-    auto config = exec_config({.argv = {"/bin/sh", "-c", fmt::format("umask 077; exec {}", agent_path)},
+    auto config = exec_config({.argv = {"/bin/sh", "-c", fmt::format("umask 077; exec {} {}", agent_path, agent_sandbox_flag)},
                                .env = {"HOME=" + workspace},
                                .cwd = workspace,
                                .user = fmt::format("{}:{}", uid, uid),
@@ -120,27 +176,31 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     sandbox->make_shared_workspace(workspace, uid);
     co_await sandbox->connect(std::move(stream), agent_start_timeout);
     sandbox->set_env(std::move(spec.env));
+    sandbox->set_owner(std::move(owner));
     sandboxes_[id] = sandbox;
     co_return sandbox;
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, bool throwaway, StatusSink status) {
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status) {
     spec = resolve(std::move(spec));
-    auto slot = reserve_slot();
+    auto slot = reserve_slot(owner);
     if (spec.network) {
         co_await egress_.ensure();
         spec.network_name = egress_.network();
         spec.proxy_url = egress_.proxy_url();
     }
-    if (auto sandbox = pool_.take(spec)) {
+    // The pool runs once the default image is known to be present (start_pool).
+    if (auto sandbox = pool_started_ ? pool_.take(spec) : nullptr) {
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
+        sandbox->set_owner(std::move(owner));
         sandboxes_[sandbox->id()] = sandbox;
         co_return sandbox;
     }
     co_await ensure_image(spec.image, status);
     auto sandbox = co_await launch(std::move(spec));
     sandbox->set_throwaway(throwaway);
+    sandbox->set_owner(std::move(owner));
     sandboxes_[sandbox->id()] = sandbox;
     co_return sandbox;
 }
@@ -214,21 +274,23 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
     return it == sandboxes_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<Sandbox> Manager::get(const std::string& id) const {
-    if (auto sandbox = find(id)) return sandbox;
+std::shared_ptr<Sandbox> Manager::get(const std::string& id, const std::string& owner) const {
+    if (auto sandbox = find(id); sandbox && sandbox->owner() == owner) return sandbox;
     std::string known;
-    for (const auto& [key, sandbox] : sandboxes_) {
+    for (const auto& sandbox : list(owner)) {
         if (sandbox->throwaway()) continue;
-        known += known.empty() ? key : ", " + key;
+        known += known.empty() ? sandbox->id() : ", " + sandbox->id();
     }
     throw ToolError(fmt::format("no sandbox with id '{}' (it may have been stopped). {}", id,
                                 known.empty() ? "There are no live sandboxes; create one with initialize_sandbox."
                                               : "Live sandboxes: " + known + "."));
 }
 
-std::vector<std::shared_ptr<Sandbox>> Manager::list() const {
+std::vector<std::shared_ptr<Sandbox>> Manager::list(const std::string& owner) const {
     std::vector<std::shared_ptr<Sandbox>> out;
-    for (const auto& [id, sandbox] : sandboxes_) out.push_back(sandbox);
+    for (const auto& [id, sandbox] : sandboxes_) {
+        if (sandbox->owner() == owner) out.push_back(sandbox);
+    }
     return out;
 }
 
@@ -275,7 +337,7 @@ void Manager::release(std::string id) {
 }
 
 asio::awaitable<void> Manager::destroy_all() {
-    co_await pool_.drain();
+    closed_ = true;
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
         sandbox->shutdown("the server is stopping");
@@ -287,47 +349,56 @@ asio::awaitable<void> Manager::destroy_all() {
     }
     sandboxes_.clear();
     workspace_hosts_.clear();
-    for (const auto& container : containers) {
-        try {
-            co_await docker_.remove_container(container);
-        } catch (const std::exception& e) {
-            log::warning("removing container {}: {}", container.substr(0, 12), e.what());
+    std::vector<asio::awaitable<void>> removals;
+    removals.push_back(pool_.drain());
+    for (const auto& container : containers) removals.push_back(remove_quietly(container));
+    co_await all_at_once(executor_, std::move(removals));
+    // Anything of ours the map does not know (a creation cut short) goes too, and
+    // removals still under way (the daemon answers 409 to a second one) are waited for.
+    try {
+        asio::steady_timer pause(executor_);
+        for (int round = 0; round < leftover_rounds; ++round) {
+            auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
+            if (ours.empty()) break;
+            std::vector<asio::awaitable<void>> leftovers;
+            for (const auto& container : ours) leftovers.push_back(remove_quietly(container.id));
+            co_await all_at_once(executor_, std::move(leftovers));
+            pause.expires_after(std::chrono::milliseconds(50));
+            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
         }
+        co_await egress_.teardown();
+    } catch (const std::exception& e) {
+        log::warning("removing sandboxes at exit: {} (the next cubicle to start removes what is left)", e.what());
     }
-    // Anything of ours the map does not know (a creation cut short) goes too.
-    auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
-    for (const auto& container : ours) co_await docker_.remove_container(container.id);
-    co_await egress_.teardown();
+}
+
+asio::awaitable<void> Manager::remove_quietly(std::string container_id) {
+    try {
+        co_await docker_.remove_container(container_id);
+    } catch (const std::exception& e) {
+        log::warning("removing container {}: {}", container_id.substr(0, 12), e.what());
+    }
 }
 
 asio::awaitable<void> Manager::remove_orphans() {
     auto containers = co_await docker_.list_containers(fmt::format("{}=true", label_managed));
-    auto now = static_cast<std::int64_t>(std::time(nullptr));
-    // A live server always has its agents running; a dead one's have exited.
-    std::set<std::string> live_instances;
-    for (const auto& container : containers) {
-        if (container.state == "running") live_instances.insert(container.labels.count(label_instance) ? container.labels.at(label_instance) : "");
-    }
-    int removed = 0;
+    std::vector<asio::awaitable<void>> removals;
     for (const auto& container : containers) {
         auto instance = container.labels.find(label_instance);
-        std::string owner = instance == container.labels.end() ? "" : instance->second;
-        if (owner == instance_) continue;
-        bool stopped = container.state == "exited" || container.state == "dead";
-        bool abandoned = container.state == "created" && !live_instances.count(owner) && now - container.created > abandoned_after_s;
-        if (!stopped && !abandoned) continue;
-        try {
-            co_await docker_.remove_container(container.id);
-            ++removed;
-        } catch (const std::exception& e) {
-            log::warning("removing orphaned container {}: {}", container.id.substr(0, 12), e.what());
-        }
+        auto owner = container.labels.find(label_owner);
+        if (instance == container.labels.end() || instance->second == instance_ || owner == container.labels.end()) continue;
+        if (owner_state(owner->second) != OwnerState::dead) continue;
+        log::info("removing container {} of cubicle instance {}: its owner is gone ({})", container.id.substr(0, 12),
+                  instance->second, owner->second);
+        removals.push_back(remove_quietly(container.id));
     }
-    if (removed) log::info("removed {} container(s) left behind by earlier cubicle runs", removed);
-    // Their egress networks: removal fails harmlessly while a live server still uses one.
+    co_await all_at_once(executor_, std::move(removals));
+    // Their egress networks, once the containers on them are gone.
     for (const auto& network : co_await docker_.list_networks(fmt::format("{}=true", label_managed))) {
-        auto owner = network.labels.find(label_instance);
-        if (owner == network.labels.end() || owner->second == instance_ || live_instances.count(owner->second)) continue;
+        auto instance = network.labels.find(label_instance);
+        auto owner = network.labels.find(label_owner);
+        if (instance == network.labels.end() || instance->second == instance_ || owner == network.labels.end()) continue;
+        if (owner_state(owner->second) != OwnerState::dead) continue;
         try {
             co_await docker_.remove_network(network.id);
         } catch (const std::exception& e) {
@@ -337,12 +408,11 @@ asio::awaitable<void> Manager::remove_orphans() {
 }
 
 asio::awaitable<void> Manager::sweep_orphans() {
-    // Soon after start-up (a dead server's half-created container must age
-    // first), then now and then: other servers may die while this one runs.
     asio::steady_timer timer(executor_);
-    for (auto delay = std::chrono::seconds(5);; delay = std::chrono::seconds(60)) {
-        timer.expires_after(delay);
+    while (!closed_) {
+        timer.expires_after(orphan_sweep_interval);
         co_await timer.async_wait(asio::use_awaitable);
+        if (closed_) break;
         try {
             co_await remove_orphans();
         } catch (const std::exception& e) {

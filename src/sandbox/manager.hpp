@@ -31,30 +31,46 @@ public:
     // Fills unset fields of a spec from the server's defaults and checks limits.
     SandboxSpec resolve(SandboxSpec spec) const;
 
-    // Creates, starts and connects a sandbox. Throws ToolError.
-    asio::awaitable<std::shared_ptr<Sandbox>> create(SandboxSpec spec, bool throwaway, StatusSink status = {});
+    // Creates, starts and connects a sandbox for `owner` (a principal). Throws ToolError.
+    asio::awaitable<std::shared_ptr<Sandbox>> create(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status = {});
     // A workspace in a container shared with other workspaces of the same
     // profile: its own directory and uid, a fraction of the cost of a container.
-    asio::awaitable<std::shared_ptr<Sandbox>> create_workspace(SandboxSpec spec, StatusSink status = {});
+    asio::awaitable<std::shared_ptr<Sandbox>> create_workspace(SandboxSpec spec, std::string owner, StatusSink status = {});
     std::shared_ptr<Sandbox> find(const std::string& id) const;
-    // Throws ToolError naming the known sandboxes when `id` is not one of them.
-    std::shared_ptr<Sandbox> get(const std::string& id) const;
-    std::vector<std::shared_ptr<Sandbox>> list() const;
+    // Throws ToolError naming `owner`'s sandboxes when `id` is not one of them:
+    // another principal's sandbox gets the same answer as an id that never existed.
+    std::shared_ptr<Sandbox> get(const std::string& id, const std::string& owner) const;
+    std::vector<std::shared_ptr<Sandbox>> list(const std::string& owner) const;
+    std::size_t live() const { return sandboxes_.size(); }
+    // Most live sandboxes one principal may hold (0: only --max-sandboxes applies).
+    void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
     asio::awaitable<void> destroy(std::string id);
     // Like destroy, but the container is removed in the background: the
     // sandbox is unusable at once, the caller does not wait for Docker.
     void release(std::string id);
+    // Removes every container of this server, all at once; refuses new sandboxes
+    // from then on. Never throws: what fails is left to the next start's sweep.
     asio::awaitable<void> destroy_all();
+    bool closed() const { return closed_; }
 
-    // Removes the containers of cubicle instances that are gone: their agents
-    // exit when the owning server's connection drops, so they are not running.
+    // Removes the containers and networks of cubicle instances that are provably
+    // dead (sandbox/owner.hpp), in any state; never those of a live or unknown owner.
     asio::awaitable<void> remove_orphans();
-    // Runs remove_orphans again a little later and then periodically.
+    // Runs remove_orphans periodically: other servers may die while this one runs.
     asio::awaitable<void> sweep_orphans();
     // What the daemon offers (GPUs), read once at start-up.
     void set_daemon_info(docker::DaemonInfo info) { daemon_info_ = std::move(info); }
     // Starts keeping warm sandboxes of the default profile.
-    void start_pool() { pool_.start(); }
+    void start_pool() {
+        if (closed_) return;
+        pool_started_ = true;
+        pool_.start();
+    }
+    const std::string& default_image() const { return config_.default_image; }
+    int pool_size() const { return config_.pool_size; }
+    // Whether the default image is on the host; when not, warns the operator with the
+    // command that builds it (or that it must be pulled on first use).
+    asio::awaitable<bool> check_default_image();
 
 private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
@@ -65,14 +81,20 @@ private:
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
     asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
+    // Removes a container; a failure is logged (the next sweep retries).
+    asio::awaitable<void> remove_quietly(std::string container_id);
     // The container that holds the workspaces of `spec`'s profile, started on first use.
     asio::awaitable<std::shared_ptr<Sandbox>> workspace_host(SandboxSpec spec, StatusSink status);
     // Refuses a new sandbox past --max-sandboxes, else holds a place until destroyed.
     struct CreationSlot {
         std::size_t& creating;
-        ~CreationSlot() { --creating; }
+        std::size_t& owner_creating;
+        ~CreationSlot() {
+            --creating;
+            --owner_creating;
+        }
     };
-    [[nodiscard]] CreationSlot reserve_slot();
+    [[nodiscard]] CreationSlot reserve_slot(const std::string& owner);
 
     asio::any_io_executor executor_;
     docker::Client& docker_;
@@ -80,11 +102,15 @@ private:
     std::string instance_;
     std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
     std::size_t creating_ = 0;
+    std::map<std::string, std::size_t> creating_by_owner_;
+    std::size_t per_owner_limit_ = 0;
+    bool closed_ = false;
     docker::DaemonInfo daemon_info_;
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
     std::map<std::string, std::shared_ptr<Sandbox>> workspace_hosts_;  // by profile
     unsigned next_workspace_uid_ = 10000;
     Pool pool_;
+    bool pool_started_ = false;
     Egress egress_;
 };
 

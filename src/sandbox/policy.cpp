@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "sandbox/owner.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -27,7 +28,9 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     // orphaned grandchildren are reaped.
     w.key("Entrypoint").begin_array();
     if (agent) {
-        w.value(agent_path);
+        // --sandbox: here every process of the sandbox user belongs to the
+        // sandbox, so the agent may kill what a program detached (never on a host).
+        w.value(agent_path).value(agent_sandbox_flag);
     } else {
         w.value("/bin/sh").value("-c").value("while read -r _; do :; done");
     }
@@ -53,7 +56,7 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     }
     w.end_array();
     w.key("Labels").begin_object();
-    w.field(label_managed, "true").field(label_instance, instance).field(label_sandbox, sandbox_id);
+    w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).field(label_sandbox, sandbox_id);
     w.end_object();
     if (!spec.network) w.field("NetworkDisabled", true);
 
@@ -66,8 +69,11 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("Privileged", false);
     w.field("IpcMode", "private");
     w.field("PidsLimit", static_cast<std::int64_t>(spec.pids_limit));
-    w.field("Memory", spec.memory_mb * mib);
-    w.field("MemorySwap", spec.memory_mb * mib);  // equal to Memory: no swap
+    // The workspace's tmpfs pages are charged to the sandbox: its quota comes on top
+    // of what its programs may use.
+    auto memory = (static_cast<std::int64_t>(spec.memory_mb) + spec.disk_mb) * mib;
+    w.field("Memory", memory);
+    w.field("MemorySwap", memory);  // equal to Memory: no swap
     w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));
     w.field("OomScoreAdj", 500);
     if (spec.gpu) {
@@ -85,10 +91,23 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("/tmp", fmt::format("rw,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
     w.end_object();
     // Anonymous volumes, removed with the container: the workspace must be a
-    // volume (archive PUT skips tmpfs and refuses a read-only root), and the
-    // agent needs a place to be copied to.
+    // volume (archive PUT skips tmpfs mounts and refuses a read-only root), and
+    // the agent needs a place to be copied to. The workspace volume is itself a
+    // tmpfs made by the `local` driver: the one quota on size and file count that
+    // holds on every storage driver (a plain volume has none, and --storage-opt
+    // size needs overlay2 on XFS with project quotas).
     w.key("Mounts").begin_array();
-    w.begin_object().field("Type", "volume").field("Target", workspace_dir).end_object();
+    w.begin_object().field("Type", "volume").field("Target", workspace_dir);
+    if (spec.disk_mb > 0) {
+        w.key("VolumeOptions").begin_object().key("DriverConfig").begin_object().field("Name", "local");
+        w.key("Options").begin_object().field("type", "tmpfs").field("device", "tmpfs");
+        // Mode 0711: workspaces sharing a container (each its own uid) may pass through
+        // /workspace to their own directory but not list the others'.
+        w.field("o", fmt::format("size={}m,nr_inodes={},uid={},gid={},mode=0711,nosuid,nodev", spec.disk_mb, spec.files_limit,
+                                 sandbox_uid, sandbox_gid));
+        w.end_object().end_object().end_object();
+    }
+    w.end_object();
     w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
     w.end_array();
     // Output travels over the attach stream; nothing needs to be kept in logs.
@@ -116,7 +135,7 @@ std::string exec_config(const ExecSpec& exec) {
 std::string egress_network_config(const std::string& name, const std::string& instance) {
     json::Writer w;
     w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
-    w.key("Labels").begin_object().field(label_managed, "true").field(label_instance, instance).end_object();
+    w.key("Labels").begin_object().field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).end_object();
     w.end_object();
     return w.take();
 }
@@ -134,7 +153,7 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
     w.key("Env").begin_array().end_array();
     w.key("Labels").begin_object();
-    w.field(label_managed, "true").field(label_instance, instance).field(label_role, "proxy");
+    w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).field(label_role, "proxy");
     w.end_object();
     w.key("HostConfig").begin_object();
     w.field("NetworkMode", network);

@@ -11,12 +11,17 @@ namespace cubicle::sandbox {
 inline constexpr const char* workspace_dir = "/workspace";
 inline constexpr const char* agent_dir = "/opt/cubicle";
 inline constexpr const char* agent_path = "/opt/cubicle/agent";
+// Tells the agent it runs in a container of ours as a uid nothing else uses,
+// which lets it kill every process of that uid a run left behind.
+inline constexpr const char* agent_sandbox_flag = "--sandbox";
 inline constexpr unsigned sandbox_uid = 1000;
 inline constexpr unsigned sandbox_gid = 1000;
 
 inline constexpr const char* label_managed = "io.cubicle.managed";
 inline constexpr const char* label_instance = "io.cubicle.instance";
 inline constexpr const char* label_sandbox = "io.cubicle.sandbox";
+// The owning process's liveness record (sandbox/owner.hpp): only a provably dead owner's containers are reaped.
+inline constexpr const char* label_owner = "io.cubicle.owner";
 
 struct SandboxSpec {
     std::string image;
@@ -27,8 +32,10 @@ struct SandboxSpec {
     std::string proxy_url;
     int memory_mb = 512;
     double cpus = 1.0;
-    int pids_limit = 256;
-    int tmp_size_mb = 256;
+    int pids_limit = 0;   // 0 here and below: the server's default (Manager::resolve)
+    int tmp_size_mb = 0;
+    int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory
+    int files_limit = 0;   // and this many inodes
     std::vector<std::pair<std::string, std::string>> env;
 };
 

@@ -23,7 +23,8 @@ void Pool::start() {
 bool Pool::matches(const SandboxSpec& spec) const {
     // Per-sandbox environment travels with each execution, so it does not split the pool.
     return spec.image == profile_.image && spec.network == profile_.network && spec.gpu == profile_.gpu && spec.memory_mb == profile_.memory_mb &&
-           spec.cpus == profile_.cpus && spec.pids_limit == profile_.pids_limit && spec.tmp_size_mb == profile_.tmp_size_mb;
+           spec.cpus == profile_.cpus && spec.pids_limit == profile_.pids_limit && spec.tmp_size_mb == profile_.tmp_size_mb &&
+           spec.disk_mb == profile_.disk_mb && spec.files_limit == profile_.files_limit;
 }
 
 std::shared_ptr<Sandbox> Pool::take(const SandboxSpec& spec) {

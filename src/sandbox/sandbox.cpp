@@ -23,14 +23,6 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr auto watchdog_grace = std::chrono::seconds(10);
 constexpr std::size_t max_agent_log = 4096;
 
-void append_capped(std::string& out, std::string_view data, std::uint64_t cap, bool& truncated) {
-    if (cap && out.size() + data.size() > cap) {
-        data = data.substr(0, cap > out.size() ? cap - out.size() : 0);
-        truncated = true;
-    }
-    out.append(data);
-}
-
 } // namespace
 
 // One execution (or the hello) waiting for the agent's answer.
@@ -40,6 +32,8 @@ struct Sandbox::Pending {
     bool finished = false;
     OutputSink sink;
     std::uint64_t max_output = 0;
+    std::uint64_t delivered[2] = {0, 0};  // stdout, stderr
+    bool collect = true;
     ExecResult result;
     std::string error;
     std::string interpreter;  // language, when this is a persistent interpreter process
@@ -174,7 +168,8 @@ asio::awaitable<ExecResult> Sandbox::run_exec(agent::RunRequest request, OutputS
     co_return std::move(output.result);
 }
 
-asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
+asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel,
+                                         RunOptions options) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
     // The sandbox's environment first, so that the request's own entries win.
     if (request.cwd.empty()) request.cwd = workspace_;
@@ -187,17 +182,24 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     auto pending = std::make_shared<Pending>(executor_);
     pending->sink = std::move(sink);
     pending->max_output = request.max_output_bytes;
+    pending->collect = options.collect;
     auto watchdog = request.timeout_ms ? std::chrono::milliseconds(request.timeout_ms) + watchdog_grace
                                        : std::chrono::hours(24 * 365);
     pending->done.expires_after(watchdog);
     pending_[exec_id] = pending;
-    stream_->send(agent::encode_run(exec_id, request));
+    if (!options.save_dir.empty()) stream_->send(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
+    stream_->send(agent::encode_run(exec_id, request, options.handle ? agent::FrameType::start : agent::FrameType::run));
+    if (options.handle) options.handle->exec_id = exec_id;
     if (cancel) {
         std::weak_ptr<Sandbox> weak = weak_from_this();
-        cancel->on_cancel([weak, exec_id, pending] {
+        // Weak: the handler outlives the run in the request's Cancellation, and the run's
+        // sink holds the request context, which holds the Cancellation (a cycle otherwise).
+        std::weak_ptr<Pending> weak_pending = pending;
+        cancel->on_cancel([weak, exec_id, weak_pending] {
             auto self = weak.lock();
-            if (!self || pending->finished) return;
-            pending->result.cancelled = true;
+            auto live = weak_pending.lock();
+            if (!self || !live || live->finished) return;
+            live->result.cancelled = true;
             if (self->stream_) self->stream_->send(agent::encode(agent::FrameType::kill, exec_id));
         });
     }
@@ -209,6 +211,20 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     }
     if (!pending->error.empty()) throw ToolError(pending->error);
     co_return std::move(pending->result);
+}
+
+void Sandbox::send_input(const ExecHandle& handle, std::string_view data, bool eof) {
+    if (!alive_ || !pending_.contains(handle.exec_id)) throw ToolError("the run has ended; it takes no more input");
+    constexpr std::size_t chunk = 1 << 20;
+    for (std::size_t at = 0; at < data.size(); at += chunk) {
+        stream_->send(agent::encode(agent::FrameType::stdin, handle.exec_id, data.substr(at, chunk)));
+    }
+    if (eof) stream_->send(agent::encode(agent::FrameType::stdin, handle.exec_id));
+}
+
+void Sandbox::signal(const ExecHandle& handle, int signal_number) {
+    if (!alive_ || !pending_.contains(handle.exec_id)) throw ToolError("the run has ended; there is nothing to signal");
+    stream_->send(agent::encode(agent::FrameType::signal, handle.exec_id, std::to_string(signal_number)));
 }
 
 void Sandbox::shutdown(std::string reason) {
@@ -270,13 +286,15 @@ asio::awaitable<void> Sandbox::read_loop() {
 }
 
 void Sandbox::deliver_output(Pending& target, bool is_stdout, std::string_view data) {
-    auto& out = is_stdout ? target.result.stdout_text : target.result.stderr_text;
-    std::size_t before = out.size();
-    append_capped(out, data, target.max_output, target.result.status.truncated);
-    // Past the cap nothing more is streamed either.
-    if (target.sink && out.size() > before) {
-        target.sink(is_stdout ? docker::StreamKind::stdout_ : docker::StreamKind::stderr_, data.substr(0, out.size() - before));
+    auto& delivered = target.delivered[is_stdout ? 0 : 1];
+    if (target.max_output && delivered + data.size() > target.max_output) {
+        data = data.substr(0, target.max_output > delivered ? target.max_output - delivered : 0);
+        target.result.status.truncated = true;
     }
+    delivered += data.size();
+    if (data.empty()) return;  // past the cap nothing more is streamed either
+    if (target.collect) (is_stdout ? target.result.stdout_text : target.result.stderr_text).append(data);
+    if (target.sink) target.sink(is_stdout ? docker::StreamKind::stdout_ : docker::StreamKind::stderr_, data);
 }
 
 void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error) {
@@ -321,7 +339,10 @@ void Sandbox::dispatch(agent::Frame frame) {
         if (target && target != &pending) {
             auto& interpreter = *interpreters_[pending.interpreter];
             auto cell = std::move(interpreter.cell);
-            cell->result.status.exit_code = std::atoi(frame.payload.c_str());
+            // "STATUS [FIGURES]": the cell's exit status and the plots it saved.
+            char* rest = nullptr;
+            cell->result.status.exit_code = static_cast<int>(std::strtol(frame.payload.c_str(), &rest, 10));
+            cell->result.figures = static_cast<int>(std::strtol(rest, nullptr, 10));
             cell->finish();
         }
         break;
@@ -380,7 +401,8 @@ void Sandbox::prewarm(const std::string& language) {
 }
 
 asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,
-                                              std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
+                                              std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel,
+                                              RunOptions options) {
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
     auto self = shared_from_this();
     auto& slot = interpreters_[language];
@@ -403,16 +425,22 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     auto cell = std::make_shared<Pending>(executor_);
     cell->sink = std::move(sink);
     cell->max_output = max_output;
+    cell->collect = options.collect;
     cell->done.expires_after(timeout_ms ? std::chrono::milliseconds(timeout_ms) : std::chrono::hours(24 * 365));
     interpreter->cell = cell;
     auto started = std::chrono::steady_clock::now();
-    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code, echo)));
+    // Every cell says where its output goes (an empty directory: nowhere), so
+    // one cell's files never receive the next cell's output.
+    stream_->send(agent::encode_save(exec_id, max_output, options.save_dir));
+    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code, echo, options.figure_dir)));
     std::weak_ptr<Sandbox> weak = weak_from_this();
     if (cancel) {
-        cancel->on_cancel([weak, cell] {
-            if (cell->finished) return;
-            cell->result.cancelled = true;
-            cell->done.cancel();
+        std::weak_ptr<Pending> weak_cell = cell;  // weak for the reason given in run()
+        cancel->on_cancel([weak_cell] {
+            auto live = weak_cell.lock();
+            if (!live || live->finished) return;
+            live->result.cancelled = true;
+            live->done.cancel();
         });
     }
     co_await cell->done.async_wait(use_tuple);

@@ -33,6 +33,26 @@ struct ExecResult {
     std::string stderr_text;
     bool cancelled = false;
     bool state_lost = false;  // a persistent interpreter died or was killed during the run
+    int figures = 0;          // plots a Python cell saved in its save_dir (figure-N.png)
+};
+
+// A running program the caller may feed input to or signal (a background run).
+struct ExecHandle {
+    std::uint32_t exec_id = 0;  // 0 until started
+};
+
+// What a run does beyond returning its result.
+struct RunOptions {
+    // Absolute directory where the agent keeps the whole output (files stdout
+    // and stderr, up to the run's output cap); empty: none. Agent mode only.
+    std::string save_dir;
+    // Absolute directory where a Python cell saves its matplotlib figures.
+    std::string figure_dir;
+    // Collect the output in ExecResult (capped), for callers that parse it;
+    // runs shown to a model see it through the sink instead.
+    bool collect = true;
+    // Keep stdin open for send_input (a background run); filled once started.
+    std::shared_ptr<ExecHandle> handle;
 };
 
 class Sandbox : public std::enable_shared_from_this<Sandbox> {
@@ -54,6 +74,9 @@ public:
         shared_ = true;
     }
     const SandboxSpec& spec() const { return spec_; }
+    // The principal that created it; nobody else can see or use it.
+    const std::string& owner() const { return owner_; }
+    void set_owner(std::string owner) { owner_ = std::move(owner); }
     bool throwaway() const { return throwaway_; }
     void set_throwaway(bool throwaway) { throwaway_ = throwaway; }
     // Variables added to every execution (initialize_sandbox's env).
@@ -75,7 +98,17 @@ public:
     // Runs a program through the agent. Output goes to `sink` as it comes and is
     // collected (capped) in the result. `cancel` kills the process group.
     // Throws ToolError when the program cannot start or the sandbox is gone.
-    asio::awaitable<ExecResult> run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
+    asio::awaitable<ExecResult> run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel,
+                                    RunOptions options);
+    // Not a default argument: GCC 12 frees a coroutine's temporary arguments
+    // wrongly inside a co_await expression; a plain function is safe.
+    asio::awaitable<ExecResult> run(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel) {
+        return run(std::move(request), std::move(sink), std::move(cancel), RunOptions());
+    }
+    // More input for a run started with a handle; `eof` closes its stdin.
+    // Signals its process group. Both throw ToolError once it has ended.
+    void send_input(const ExecHandle& handle, std::string_view data, bool eof);
+    void signal(const ExecHandle& handle, int signal_number);
 
     // Runs a cell of `language` in the sandbox's persistent interpreter for it
     // (started on first use): variables survive between cells. Cells run one
@@ -83,7 +116,8 @@ public:
     // the next cell starts a fresh one).
     // With `echo`, the value of a final bare expression is printed, as in a REPL.
     asio::awaitable<ExecResult> run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,
-                                         std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel);
+                                         std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel,
+                                         RunOptions options);
 
     // Starts the interpreter for `language` ahead of its first cell.
     void prewarm(const std::string& language);
@@ -117,6 +151,7 @@ private:
     std::string container_id_;
     SandboxSpec spec_;
     bool throwaway_ = false;
+    std::string owner_;
     std::string workspace_ = workspace_dir;
     unsigned uid_ = sandbox_uid;
     bool shared_ = false;

@@ -85,9 +85,9 @@ bool is_text(std::string_view data) {
 
 // ---- write_file -----------------------------------------------------------
 
-asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments, Context) {
+asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "path", "content", "encoding", "mode"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto path = file_path_argument(args, "path");
     auto content = args.required_string("content");
     auto encoding = args.string("encoding").value_or("utf-8");
@@ -118,9 +118,9 @@ asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments
 
 // ---- read_file ------------------------------------------------------------
 
-asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments, Context) {
-    Args args(arguments, {"sandbox_id", "path", "encoding", "max_bytes"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments, Context context) {
+    Args args(arguments, {"sandbox_id", "path", "encoding", "max_bytes", "offset", "tail"});
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto path = file_path_argument(args, "path");
     auto encoding = args.string("encoding").value_or("");
     if (!encoding.empty() && encoding != "utf-8" && encoding != "base64") {
@@ -129,22 +129,48 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
     auto limit = transfer_limits(env.config).max_bytes;
     auto max_bytes = static_cast<std::uint64_t>(args.integer("max_bytes", 1, static_cast<std::int64_t>(limit)).value_or(
         static_cast<std::int64_t>(std::min(default_read_bytes, limit))));
+    auto offset = args.integer("offset", 0, INT64_MAX);
+    auto tail = args.integer("tail", 1, static_cast<std::int64_t>(limit));
+    if (offset && tail) throw ToolError("give offset or tail, not both");
+    if (tail) max_bytes = static_cast<std::uint64_t>(*tail);
     std::string script = std::string(inside_workspace_check) + R"SH(
         if [ -d "$1" ]; then echo "$1 is a directory; use list_files" >&2; exit 2; fi
         if [ ! -e "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
         if [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 2; fi
         if [ ! -r "$1" ]; then echo "$1 is not readable by the sandbox user" >&2; exit 2; fi
-        wc -c < "$1" && head -c "$2" -- "$1")SH";
-    std::vector<std::string> script_args{path, std::to_string(max_bytes)};
+        wc -c < "$1" || exit 2
+        if [ -n "$3" ]; then tail -c "$3" -- "$1"; else tail -c +"$4" -- "$1" | head -c "$2"; fi)SH";
+    // No temporaries inside ?: in a coroutine: GCC 12 frees them wrongly.
+    std::string tail_arg;
+    if (tail) tail_arg = std::to_string(*tail);
+    std::vector<std::string> script_args{path, std::to_string(max_bytes), tail_arg, std::to_string(offset.value_or(0) + 1)};
     auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
     auto& out = result.stdout_text;
     auto newline = out.find('\n');
     std::uint64_t size = newline == std::string::npos ? 0 : std::strtoull(out.c_str(), nullptr, 10);
     std::string data = newline == std::string::npos ? std::string() : out.substr(newline + 1);
-    bool truncated = data.size() < size;
+    std::uint64_t start = tail ? size - std::min<std::uint64_t>(size, data.size()) : std::min<std::uint64_t>(size, offset.value_or(0));
+    // A read that starts inside a UTF-8 character starts at the next one instead.
+    std::size_t partial = 0;
+    while (start > 0 && partial < 3 && partial < data.size() && (static_cast<unsigned char>(data[partial]) & 0xC0) == 0x80) ++partial;
+    if (partial && is_text(std::string_view(data).substr(partial))) {
+        data.erase(0, partial);
+        start += partial;
+    }
+    bool truncated = start + data.size() < size || start > 0;
 
+    // What is sent stays within one message whatever max_bytes said: base64 takes
+    // 4 bytes per 3, escaped text up to 6 per byte.
+    bool as_base64 = encoding == "base64" || !is_text(data);
+    if (as_base64 && data.size() > max_output_encoded / 4 * 3) {
+        data.resize(max_output_encoded / 4 * 3);
+        truncated = true;
+    } else if (!as_base64 && cut_to_encoded(data, max_output_encoded)) {
+        truncated = true;
+    }
     json::Writer w;
     w.begin_object().field("path", path).field("size", size);
+    if (start > 0) w.field("offset", start);
     ToolResult tool_result;
     auto mime = image_mime(path, data);
     if (!mime.empty() && !truncated && encoding.empty()) {
@@ -172,16 +198,16 @@ std::string_view entry_type(char find_type) {
     }
 }
 
-asio::awaitable<ToolResult> list_files(Env env, simdjson::dom::element arguments, Context) {
+asio::awaitable<ToolResult> list_files(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "path", "recursive", "max_entries"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto path = files::workspace_path(args.string("path").value_or("."));
     bool recursive = args.boolean("recursive").value_or(false);
     auto max_entries = args.integer("max_entries", 1, 100000).value_or(1000);
     std::string script = std::string(inside_workspace_check) + R"SH(
         if [ -L "$1" ]; then echo "$1 is a symbolic link, not a directory" >&2; exit 2; fi
         if [ ! -d "$1" ]; then echo "not a directory in the workspace: $1" >&2; exit 2; fi
-        find "$1" -mindepth 1 -maxdepth "$3" -printf '%y\t%s\t%m\t%T@\t%P\0' | head -z -n "$2")SH";
+        find "$1" -mindepth 1 -maxdepth "$3" -path ./.cubicle -prune -o -printf '%y\t%s\t%m\t%T@\t%P\0' | head -z -n "$2")SH";
     std::vector<std::string> script_args{path, std::to_string(max_entries + 1), recursive ? "4096" : "1"};
     auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(),
                                       static_cast<std::uint64_t>(max_entries + 1) * 4200);
@@ -223,10 +249,10 @@ asio::awaitable<ToolResult> list_files(Env env, simdjson::dom::element arguments
 
 // ---- clean_workspace ------------------------------------------------------
 
-asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element arguments, Context) {
+asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id"});
     auto id = args.required_string("sandbox_id");
-    auto box = env.manager.get(id);
+    auto box = env.manager.get(id, context->principal());
     // Directories the code made read-only would stop the delete; their owner may reopen them.
     auto script = fmt::format("chmod -R u+rwx {0} 2>/dev/null; find {0} -mindepth 1 -delete 2>&1 >/dev/null | head -5 >&2; "
                               "[ -z \"$(ls -A {0})\" ] || {{ echo 'some files could not be deleted' >&2; exit 1; }}",
@@ -245,15 +271,31 @@ std::string base_name(std::string_view path) {
     return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
-asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element arguments, Context) {
+// A host transfer's destination inside the sandbox may not pass through a symbolic
+// link: the Engine's archive API extracts as root and would follow it (into another
+// workspace's directory, or the agent's volume). Checked as the sandbox user just
+// before the upload; a program running at that very moment could still swap a link
+// in between (the README says so).
+constexpr std::string_view no_link_on_the_way = R"SH(
+        p=$1
+        while [ "$p" != . ]; do
+            if [ -L "$p" ]; then echo "$p is a symbolic link; host transfers never pass through one" >&2; exit 2; fi
+            p=$(dirname -- "$p")
+        done
+)SH";
+
+asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "host_path", "path"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto host_path = args.required_string("host_path");
     files::HostDirs dirs(env.config.allow_host_dirs);
     dirs.locate(host_path);  // refuses early, with the allowed roots in the message
     auto path = files::workspace_path(args.string("path").value_or(base_name(host_path)));
     if (path == ".") throw ToolError("path names the workspace itself; name the file or directory to create inside it");
     auto packed = files::pack_host_path(dirs, host_path, path, box->uid(), transfer_limits(env.config));
+    std::string script(no_link_on_the_way);
+    std::vector<std::string> script_args{path};
+    co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
     co_await env.docker.put_archive(box->container_id(), box->workspace(), std::move(packed.tar));
     json::Writer w;
     w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
@@ -263,9 +305,23 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
     co_return structured(w.take());
 }
 
-asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element arguments, Context) {
+// The archive is made in the sandbox by the sandbox user (tar, through the agent),
+// never by the Engine's archive API, which resolves paths as root: a link to /etc
+// would hand out files the sandbox user cannot read. Links are refused exactly as
+// read_file refuses them; one inside the tree travels as a link, and the host side
+// refuses the archive.
+constexpr std::string_view archive_as_sandbox_user = R"SH(
+        if [ -L "$1" ]; then echo "$1 is a symbolic link; download what it points to" >&2; exit 2; fi
+        if [ ! -e "$1" ]; then echo "no such file or directory in the workspace: $1" >&2; exit 2; fi
+        command -v tar >/dev/null || { echo "download_file needs tar in the sandbox image" >&2; exit 2; }
+        big=$(find "$1" -type f -size +"$2"c 2>/dev/null | head -n 1)
+        if [ -n "$big" ]; then echo "$big is larger than the transfer limit of $3 MiB" >&2; exit 2; fi
+        if [ "$1" = . ]; then set -- "$PWD"; fi
+        cd -- "$(dirname -- "$1")" && exec tar -c -f - --numeric-owner -- "$(basename -- "$1")")SH";
+
+asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "path", "host_path"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto path = files::workspace_path(args.required_string("path"));
     auto host_path = args.required_string("host_path");
     files::HostDirs dirs(env.config.allow_host_dirs);
@@ -273,15 +329,13 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
     auto limits = transfer_limits(env.config);
     // Tar adds a header and padding per entry on top of the file data.
     auto archive_limit = limits.max_bytes + limits.max_entries * 1536 + (1 << 20);
-    std::string archive;
-    try {
-        archive = co_await env.docker.get_archive(box->container_id(), fmt::format("{}/{}", box->workspace(), path), archive_limit);
-    } catch (const docker::Error& e) {
-        if (e.status() == 404) throw ToolError(fmt::format("no such file or directory in the workspace: {}", path));
-        if (e.status() == 413) throw ToolError(fmt::format("{} is larger than the transfer limit of {} MiB", path, env.config.max_transfer_mb));
-        throw;
-    }
-    auto members = files::read_tar(archive, limits);
+    std::string script = std::string(inside_workspace_check) + std::string(archive_as_sandbox_user);
+    // A sparse file costs nothing in the workspace's quota but its whole size in the archive.
+    std::vector<std::string> script_args{path, std::to_string(limits.max_bytes), std::to_string(env.config.max_transfer_mb)};
+    auto made = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), archive_limit);
+    if (made.status.truncated)
+        throw ToolError(fmt::format("{} is larger than the transfer limit of {} MiB", path, env.config.max_transfer_mb));
+    auto members = files::read_tar(made.stdout_text, limits);
     auto written = files::unpack_to_host(dirs, members, host_path, limits);
     json::Writer w;
     w.begin_object().field("host_path", host_path).field("files", written.files).field("directories", written.directories);
@@ -297,7 +351,7 @@ asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared
     constexpr int max_images = 5;
     constexpr std::uint64_t max_image_bytes = 2 << 20;
     std::string script = R"SH(
-        find "$1" -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
+        find "$1" -path "$1/.cubicle" -prune -o -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
             -o -iname '*.webp' -o -iname '*.svg' \) -size -2049k -printf '%P\0' | head -z -n "$3")SH";
     std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_images)};
     auto listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
@@ -318,13 +372,53 @@ asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared
     co_return images;
 }
 
+asio::awaitable<FileHead> read_workspace_file(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t max_bytes) {
+    std::string script = std::string(inside_workspace_check) + R"SH(
+        if [ ! -f "$1" ] || [ ! -r "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
+        wc -c < "$1" && head -c "$2" -- "$1")SH";
+    std::vector<std::string> script_args{path, std::to_string(max_bytes)};
+    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
+    auto newline = result.stdout_text.find('\n');
+    if (newline == std::string::npos) throw ToolError("the file could not be read");
+    co_return FileHead{std::strtoull(result.stdout_text.c_str(), nullptr, 10), result.stdout_text.substr(newline + 1)};
+}
+
+std::string image_mime_of(std::string_view path, std::string_view data) { return image_mime(path, data); }
+
+asio::awaitable<CollectedFigures> collect_figures(Env env, std::shared_ptr<Sandbox> box, std::string dir, int count) {
+    constexpr std::size_t max_images = 4;
+    constexpr std::uint64_t max_image_bytes = 1 << 20;
+    CollectedFigures figures;
+    std::string_view relative_dir = dir;
+    if (relative_dir.starts_with(box->workspace() + "/")) relative_dir.remove_prefix(box->workspace().size() + 1);
+    for (int i = 1; i <= count; ++i) {
+        auto path = fmt::format("{}/figure-{}.png", dir, i);
+        auto relative = fmt::format("{}/figure-{}.png", relative_dir, i);
+        if (figures.images.size() < max_images) {
+            std::string cat = R"SH(cat -- "$1")SH";
+            std::vector<std::string> cat_args{path};
+            try {
+                auto content = co_await sandbox_sh(box, std::move(cat), std::move(cat_args), std::string(), max_image_bytes);
+                if (!content.status.truncated && image_mime(path, content.stdout_text) == "image/png") {
+                    figures.images.push_back({relative, "image/png", content.stdout_text.size(), base64::encode(content.stdout_text)});
+                    continue;
+                }
+            } catch (const ToolError&) {
+                continue;  // the figure could not be saved; the cell said why on stderr
+            }
+        }
+        figures.saved.push_back(std::move(relative));
+    }
+    co_return figures;
+}
+
 std::vector<mcp::Tool> file_tools(Env env) {
     std::vector<mcp::Tool> tools;
     tools.push_back({
         .name = "write_file",
         .title = "Write a file",
-        .description = "Write a file in the sandbox's workspace (parent directories are created). Text by default; "
-                       "encoding base64 for binary content.",
+        .description = "Write a file in the sandbox's workspace (parent directories are created), replacing any file "
+                       "already at that path. Text by default; encoding base64 for binary content.",
         .input_schema = object_schema(fmt::format(R"({},
             "path": {{"type": "string", "description": "Path relative to the workspace"}},
             "content": {{"type": "string"}},
@@ -333,6 +427,7 @@ std::vector<mcp::Tool> file_tools(Env env) {
                                                   sandbox_id_property),
                                       R"("sandbox_id", "path", "content")"),
         .output_schema = object_schema(R"("path": {"type": "string"}, "bytes": {"type": "integer"})", R"("path", "bytes")"),
+        .destructive = true, .idempotent = true,
         .handler = bind<write_file>(env),
     });
     tools.push_back({
@@ -343,12 +438,15 @@ std::vector<mcp::Tool> file_tools(Env env) {
         .input_schema = object_schema(fmt::format(R"({},
             "path": {{"type": "string", "description": "Path relative to the workspace"}},
             "encoding": {{"type": "string", "enum": ["utf-8", "base64"], "description": "Force text or base64; default: by content"}},
-            "max_bytes": {{"type": "integer", "minimum": 1, "description": "Read at most this many bytes; default 1 MiB"}})",
+            "max_bytes": {{"type": "integer", "minimum": 1, "description": "Read at most this many bytes; default 1 MiB"}},
+            "offset": {{"type": "integer", "minimum": 0, "description": "Start at this byte; 0 is the beginning"}},
+            "tail": {{"type": "integer", "minimum": 1, "description": "Read the last this many bytes instead, such as the end of a long output"}})",
                                                   sandbox_id_property),
                                       R"("sandbox_id", "path")"),
         .output_schema = object_schema(R"("path": {"type": "string"}, "size": {"type": "integer"},
             "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"},
-            "mime": {"type": "string"}, "truncated": {"type": "boolean"})",
+            "mime": {"type": "string"}, "truncated": {"type": "boolean", "description": "Only part of the file was read"},
+            "offset": {"type": "integer", "description": "Byte where the content starts, when not 0"})",
                                        R"("path", "size", "encoding", "truncated")"),
         .read_only = true, .idempotent = true,
         .handler = bind<read_file>(env),
@@ -375,9 +473,9 @@ std::vector<mcp::Tool> file_tools(Env env) {
     tools.push_back({
         .name = "upload_file",
         .title = "Upload from the host",
-        .description = "Copy a host file or a whole directory (a project) into the sandbox's workspace. Only host "
-                       "directories the operator allowed with --allow-host-dir can be read; symlinks and special "
-                       "files inside are skipped.",
+        .description = "Copy a host file or a whole directory (a project) into the sandbox's workspace, replacing "
+                       "files already at the destination. Only host directories the operator allowed with "
+                       "--allow-host-dir can be read; symlinks and special files inside are skipped.",
         .input_schema = object_schema(fmt::format(R"({},
             "host_path": {{"type": "string", "description": "Absolute host path inside an allowed directory"}},
             "path": {{"type": "string", "description": "Destination relative to the workspace; default: the host name"}})",
@@ -387,14 +485,15 @@ std::vector<mcp::Tool> file_tools(Env env) {
             "directories": {"type": "integer"}, "bytes": {"type": "integer"},
             "skipped": {"type": "array", "items": {"type": "string"}})",
                                        R"("path", "files", "directories", "bytes", "skipped")"),
-        .open_world = false,
+        .destructive = true, .idempotent = true, .open_world = false,
         .handler = bind<upload_file>(env),
     });
     tools.push_back({
         .name = "download_file",
         .title = "Download to the host",
         .description = "Copy a file or directory from the sandbox's workspace to the host, into a directory the "
-                       "operator allowed with --allow-host-dir. Archives with links or special files are refused.",
+                       "operator allowed with --allow-host-dir, replacing regular files already at host_path. "
+                       "Archives with links or special files are refused.",
         .input_schema = object_schema(fmt::format(R"({},
             "path": {{"type": "string", "description": "Path relative to the workspace"}},
             "host_path": {{"type": "string", "description": "Absolute host destination inside an allowed directory"}})",
@@ -403,13 +502,13 @@ std::vector<mcp::Tool> file_tools(Env env) {
         .output_schema = object_schema(R"("host_path": {"type": "string"}, "files": {"type": "integer"},
             "directories": {"type": "integer"}, "bytes": {"type": "integer"})",
                                        R"("host_path", "files", "directories", "bytes")"),
-        .destructive = true,
+        .destructive = true, .idempotent = true,
         .handler = bind<download_file>(env),
     });
     tools.push_back({
         .name = "clean_workspace",
         .title = "Empty the workspace",
-        .description = "Delete every file in the sandbox's workspace; the sandbox keeps running.",
+        .description = "Delete every file in the sandbox's workspace, for good; the sandbox keeps running.",
         .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
         .output_schema = object_schema(R"("sandbox_id": {"type": "string"}, "cleaned": {"type": "boolean"})",
                                        R"("sandbox_id", "cleaned")"),

@@ -1,6 +1,7 @@
 // Package installation: install_package, and installing a workspace's
 // requirements.txt / package.json before code runs when it has changed.
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 
 #include "common/json.hpp"
@@ -53,16 +54,20 @@ struct InstallOutcome {
 
 asio::awaitable<InstallOutcome> run_installer(Env env, std::shared_ptr<Sandbox> box, sandbox::agent::RunRequest request, Context context) {
     request.timeout_ms = static_cast<std::uint64_t>(env.config.max_timeout_s) * 1000;
-    request.max_output_bytes = env.config.max_output_bytes;
-    auto progress = std::make_shared<ProgressStream>(context);
-    auto result = co_await box->run(std::move(request), progress->sink(progress), context->cancellation());
+    // Kept in memory for the result's tail: installers say little that matters past this.
+    request.max_output_bytes = std::min<std::uint64_t>(env.config.max_output_bytes, 1 << 20);
+    auto executor = co_await asio::this_coro::executor;
+    auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+    auto sink = progress->sink();
+    auto result = co_await box->run(std::move(request), std::move(sink), context->cancellation());
+    progress->close();
     int code = result.status.signal ? 128 + result.status.signal : result.status.exit_code;
     co_return InstallOutcome{code, std::move(result.stdout_text), std::move(result.stderr_text), result.status.timed_out};
 }
 
 asio::awaitable<ToolResult> install_package(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "packages", "manager"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto packages = args.strings("packages");
     if (!packages) throw ToolError("argument 'packages' is required: a list of package names");
     auto manager = args.string("manager").value_or("pip");
@@ -104,7 +109,8 @@ asio::awaitable<void> install_workspace_dependencies(Env env, std::shared_ptr<Sa
     sandbox::OutputSink no_sink;
     auto fingerprint = (co_await box->run(std::move(probe), std::move(no_sink), nullptr)).stdout_text;
     if (fingerprint == box->dependencies_fingerprint()) co_return;
-    auto progress = std::make_shared<ProgressStream>(context);
+    auto executor = co_await asio::this_coro::executor;
+    auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
     if (fingerprint.find("requirements.txt:") != std::string::npos) {
         progress->note("requirements.txt changed: installing it with pip");
         auto request = installer("pip");
@@ -132,16 +138,18 @@ std::vector<mcp::Tool> package_tools(Env env) {
         .name = "install_package",
         .title = "Install packages",
         .description = "Install Python (pip, into the sandbox user's site) or Node (npm, into /workspace/node_modules) "
-                       "packages in a sandbox; output streams as progress. Needs a sandbox created with network: true.",
-        .input_schema = object_schema(std::string(sandbox_id_property) + R"(,
-            "packages": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Package names or requirement specifiers"},
-            "manager": {"type": "string", "enum": ["pip", "npm"], "default": "pip"})",
+                       "packages in a sandbox, replacing versions already installed; output streams as progress. Needs a "
+                       "sandbox created with network: true.",
+        .input_schema = object_schema(fmt::format(R"({},
+            "packages": {{"type": "array", "items": {{"type": "string"}}, "minItems": 1, "description": "Package names or requirement specifiers"}},
+            "manager": {{"type": "string", "enum": ["pip", "npm"], "default": "pip"}})",
+                                                  sandbox_id_property),
                                       R"("sandbox_id", "packages")"),
         .output_schema = object_schema(R"("manager": {"type": "string"}, "packages": {"type": "array", "items": {"type": "string"}},
             "installed": {"type": "boolean"}, "exit_code": {"type": "integer"},
             "stdout": {"type": "string"}, "stderr": {"type": "string"})",
                                        R"("manager", "packages", "installed", "exit_code")"),
-        .open_world = true,
+        .destructive = true, .open_world = true,
         .handler = bind<install_package>(env),
     });
     return tools;

@@ -1,9 +1,14 @@
 #include "tools/tools.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <regex>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
@@ -13,7 +18,9 @@
 #include "docker/client.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
+#include "tools/budget.hpp"
 #include "tools/progress.hpp"
+#include "tools/runs.hpp"
 #include "tools/support.hpp"
 
 namespace cubicle::tools {
@@ -28,27 +35,140 @@ int exit_code_of(const sandbox::agent::ExitStatus& status) {
     return status.signal ? 128 + status.signal : status.exit_code;
 }
 
-std::uint64_t timeout_ms(const Args& args, const Config& config) {
-    auto seconds = args.number("timeout_s", 0.1, config.max_timeout_s).value_or(config.timeout_s);
+// A background run may be given longer than a call, up to --max-background-s
+// (its default).
+std::uint64_t timeout_ms(const Args& args, const Config& config, bool background = false) {
+    double max = background ? std::max(config.max_background_s, config.max_timeout_s) : config.max_timeout_s;
+    double fallback = background ? config.max_background_s : config.timeout_s;
+    auto seconds = args.number("timeout_s", 0.1, max).value_or(fallback);
     return static_cast<std::uint64_t>(std::llround(seconds * 1000));
 }
 
-// Runs one program, converting the sandbox being torn down underneath us
-// (by a timeout of the whole container, or the server stopping) into a ToolError.
-asio::awaitable<sandbox::ExecResult> run_streaming(std::shared_ptr<Sandbox> box, sandbox::agent::RunRequest request, Context context) {
-    auto progress = std::make_shared<ProgressStream>(context);
-    co_return co_await box->run(std::move(request), progress->sink(progress), context->cancellation());
+// The call's result budget: max_result_bytes may lower the server's, never raise it.
+std::size_t call_budget(const Args& args, const Config& config) {
+    auto asked = args.integer("max_result_bytes", static_cast<std::int64_t>(min_result_budget), INT64_MAX);
+    return static_cast<std::size_t>(std::min<std::uint64_t>(asked.value_or(INT64_MAX), config.result_budget));
 }
 
-void write_exec_fields(json::Writer& w, const sandbox::ExecResult& result) {
-    w.field("stdout", result.stdout_text).field("stderr", result.stderr_text);
+// Where a run's whole output goes: its directory in the workspace, unless
+// the sandbox cannot keep it.
+OutputHome output_home(const Sandbox& box, bool throwaway, const std::string& run_id, const Config& config) {
+    OutputHome home;
+    home.cap = config.max_output_bytes;
+    if (throwaway) {
+        home.not_saved = "a throwaway sandbox keeps nothing; a sandbox from initialize_sandbox keeps the whole output as files";
+    } else if (!box.uses_agent()) {
+        home.not_saved = "this sandbox runs programs through Docker exec, which cannot save it";
+    } else {
+        home.dir = run_dir(run_id);
+    }
+    return home;
+}
+
+sandbox::RunOptions run_options(const Sandbox& box, const OutputHome& home) {
+    sandbox::RunOptions options;
+    if (!home.dir.empty()) options.save_dir = box.workspace() + "/" + home.dir;
+    options.collect = false;
+    return options;
+}
+
+// A foreground program's output: head and tail for the result, everything
+// streamed as (coalesced) progress.
+struct Watch {
+    explicit Watch(std::size_t keep) : out(keep), err(keep) {}
+    OutputCapture out;
+    OutputCapture err;
+};
+
+sandbox::OutputSink watch_sink(std::shared_ptr<Watch> watch, std::shared_ptr<ProgressStream> progress) {
+    return [watch, progress](docker::StreamKind kind, std::string_view data) {
+        (kind == docker::StreamKind::stderr_ ? watch->err : watch->out).append(data);
+        progress->output(kind, data);
+    };
+}
+
+// Links to the saved output, for clients that fetch resources.
+void add_output_links(ToolResult& result, const Sandbox& box, const OutputHome& home, const OutputCapture& out, const OutputCapture& err) {
+    if (home.dir.empty()) return;
+    for (auto [name, capture] : {std::pair{"stdout", &out}, std::pair{"stderr", &err}}) {
+        if (capture->bytes() == 0) continue;
+        auto path = home.dir + "/" + name;
+        result.links.push_back({sandbox_uri(box.id(), path), path, "text/plain",
+                                fmt::format("the whole {} ({} bytes)", name, capture->bytes())});
+    }
+}
+
+void write_status_fields(json::Writer& w, const sandbox::ExecResult& result) {
     w.field("exit_code", exit_code_of(result.status)).field("timed_out", result.status.timed_out);
+}
+
+// Records a run whose output is saved (`bytes` of it) and removes the
+// directories of the oldest ones past the limits: at most a quarter of the
+// workspace's quota (it is memory), 1 GiB without one.
+asio::awaitable<void> keep_saved_output_bounded(Env env, std::shared_ptr<Sandbox> box, const OutputHome& home, std::string run_id,
+                                                std::uint64_t bytes) {
+    if (home.dir.empty()) co_return;
+    std::uint64_t quota_mb = box->spec().disk_mb > 0 ? static_cast<std::uint64_t>(box->spec().disk_mb) : 4096;
+    auto expired = env.runs->note_saved(box->id(), std::move(run_id), bytes, (quota_mb << 20) / 4);
+    if (expired.empty() || !box->alive()) co_return;
+    auto request = sandbox::shell_command(R"(rm -rf -- "$@")");
+    request.argv.push_back("sh");
+    for (const auto& id : expired) request.argv.push_back(box->workspace() + "/" + run_dir(id));
+    request.timeout_ms = 60'000;
+    request.max_output_bytes = 4096;
+    sandbox::OutputSink no_sink;
+    co_await box->run(std::move(request), std::move(no_sink), nullptr);
+}
+
+// ---- background runs ------------------------------------------------------------
+
+asio::awaitable<void> run_in_background(std::shared_ptr<Sandbox> box, sandbox::agent::RunRequest request, std::shared_ptr<Run> run,
+                                        sandbox::RunOptions options) {
+    try {
+        auto sink = run->sink();
+        auto cancel = run->cancellation();
+        auto result = co_await box->run(std::move(request), std::move(sink), std::move(cancel), std::move(options));
+        run->finish(std::move(result));
+    } catch (const std::exception& e) {
+        run->fail(e.what());
+    }
+}
+
+asio::awaitable<ToolResult> start_background(Env env, std::shared_ptr<Sandbox> box, sandbox::agent::RunRequest request, std::string label) {
+    if (!box->uses_agent()) {
+        throw ToolError("background runs need the in-sandbox agent; this sandbox runs programs through Docker exec");
+    }
+    auto executor = co_await asio::this_coro::executor;
+    auto id = new_run_id();
+    auto home = output_home(*box, false, id, env.config);
+    auto run = std::make_shared<Run>(executor, id, box->id(), std::move(label), home, static_cast<std::size_t>(env.config.result_budget) * 16);
+    env.runs->add(run);
+    co_await keep_saved_output_bounded(env, box, home, id, 0);
+    auto options = run_options(*box, home);
+    options.handle = run->handle();
+    asio::co_spawn(executor, run_in_background(box, std::move(request), run, std::move(options)), asio::detached);
+    json::Writer w;
+    w.begin_object().field("run_id", id).field("sandbox_id", box->id()).field("status", "running");
+    w.field("stdout_file", home.dir + "/stdout").field("stderr_file", home.dir + "/stderr");
+    w.field("timeout_s", static_cast<double>(request.timeout_ms) / 1000).end_object();
+    co_return structured(w.take());
 }
 
 // ---- initialize_sandbox ----------------------------------------------------
 
+// What a client asked for, or the operator's default; never over the operator's ceiling.
+template <typename Asked, typename T>
+T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_view name, std::string_view unit, std::string_view flag) {
+    if (!asked) return fallback;
+    if (*asked > ceiling) {
+        throw ToolError(fmt::format("{} {} is over this server's ceiling of {} {} (the operator sets it with {}); ask for at most {}",
+                                    name, *asked, ceiling, unit, flag, ceiling));
+    }
+    return static_cast<T>(*asked);
+}
+
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "env", "stateful", "gpu", "auto_install", "workspace"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
     bool auto_install = args.boolean("auto_install").value_or(true);
     bool stateful = args.boolean("stateful").value_or(true);
@@ -56,20 +176,27 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     spec.image = args.string("image").value_or("");
     spec.network = args.boolean("network").value_or(false);
     spec.gpu = args.boolean("gpu").value_or(false);
-    spec.memory_mb = static_cast<int>(args.integer("memory_mb", 16, 1 << 20).value_or(0));
-    spec.cpus = args.number("cpus", 0.01, 1024).value_or(0);
+    const auto& c = env.config;
+    spec.memory_mb = static_cast<int>(within_ceiling(args.integer("memory_mb", 16, 1 << 24), c.memory_mb, c.memory_ceiling_mb(), "memory_mb", "MiB", "--max-memory-mb"));
+    spec.cpus = within_ceiling(args.number("cpus", 0.01, 1024), c.cpus, c.cpu_ceiling(), "cpus", "CPUs", "--max-cpus");
+    spec.pids_limit = static_cast<int>(within_ceiling(args.integer("pids_limit", 8, 1 << 22), c.pids_limit, c.max_pids_limit, "pids_limit", "processes", "--max-pids-limit"));
+    spec.disk_mb = static_cast<int>(within_ceiling(args.integer("disk_mb", 1, 1 << 24), c.disk_mb, c.max_disk_mb, "disk_mb", "MiB", "--max-disk-mb"));
+    spec.files_limit = static_cast<int>(within_ceiling(args.integer("files_limit", 100, 1 << 30), c.files_limit, c.max_files_limit, "files_limit", "files", "--max-files-limit"));
+    spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), c.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
     for (auto& [name, value] : args.string_map("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
         spec.env.emplace_back(std::move(name), std::move(value));
     }
     // Named, not built inside the co_await expression: GCC 12 double-frees such temporaries.
-    sandbox::StatusSink status = [progress = std::make_shared<ProgressStream>(context)](std::string_view m) { progress->note(m); };
+    auto executor = co_await asio::this_coro::executor;
+    auto notes = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+    sandbox::StatusSink status = [notes](std::string_view m) { notes->note(m); };
     std::shared_ptr<Sandbox> box;
     if (shared_workspace) {
-        box = co_await env.manager.create_workspace(std::move(spec), std::move(status));
+        box = co_await env.manager.create_workspace(std::move(spec), context->principal(), std::move(status));
     } else {
-        box = co_await env.manager.create(std::move(spec), false, std::move(status));
+        box = co_await env.manager.create(std::move(spec), context->principal(), false, std::move(status));
     }
     if (context->cancelled()) {
         co_await env.manager.destroy(box->id());
@@ -89,46 +216,110 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
 // ---- execute_code -------------------------------------------------------------
 
 asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s", "fresh", "return_images"});
+    Args args(arguments, {"code", "language", "sandbox_id", "timeout_s", "fresh", "return_images", "background", "max_result_bytes"});
     bool return_images = args.boolean("return_images").value_or(false);
+    bool background = args.boolean("background").value_or(false);
+    auto budget = call_budget(args, env.config);
     std::string code = args.required_string("code");
     auto language_name = args.string("language").value_or("python");
-    auto language = sandbox::canonical_language(language_name);
-    if (!language) {
-        throw ToolError(fmt::format("unknown language '{}'; use one of: {}", language_name, sandbox::language_list()));
-    }
+    const sandbox::Language* language = sandbox::find_language(language_name);
     bool fresh = args.boolean("fresh").value_or(false);
-    auto timeout = timeout_ms(args, env.config);
+    auto timeout = timeout_ms(args, env.config, background);
+
+    if (background) {
+        auto id = args.string("sandbox_id");
+        if (!id) throw ToolError("a background run needs a sandbox: pass the sandbox_id of initialize_sandbox");
+        auto box = env.manager.get(*id, context->principal());
+        if (!language || !language->source_file.empty()) {
+            throw ToolError(fmt::format("background runs of execute_code take python, javascript or bash; build other languages "
+                                        "with run_command and start the program with run_command {{background: true}}"));
+        }
+        auto request = sandbox::program_with_stdin(language->name, std::move(code));
+        if (!request) {
+            throw ToolError("the code is too long for a background run (100 KiB); write it to a file with write_file and "
+                            "start it with run_command {background: true}");
+        }
+        request->timeout_ms = timeout;
+        request->max_output_bytes = env.config.max_output_bytes;
+        co_await install_workspace_dependencies(env, box, context);
+        co_return co_await start_background(env, box, std::move(*request), std::string(language->name) + " code");
+    }
 
     std::shared_ptr<Sandbox> box;
     bool throwaway = false;
     if (auto id = args.string("sandbox_id")) {
-        box = env.manager.get(*id);
+        box = env.manager.get(*id, context->principal());
     } else {
         sandbox::SandboxSpec spec;
-        sandbox::StatusSink status = [progress = std::make_shared<ProgressStream>(context)](std::string_view m) { progress->note(m); };
-        box = co_await env.manager.create(std::move(spec), true, std::move(status));
+        auto executor = co_await asio::this_coro::executor;
+        auto notes = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+        sandbox::StatusSink status = [notes](std::string_view m) { notes->note(m); };
+        box = co_await env.manager.create(std::move(spec), context->principal(), true, std::move(status));
         throwaway = true;
     }
     sandbox::ExecResult result;
+    std::optional<sandbox::ExecResult> compiled;  // a compile phase that succeeded
+    bool compile_failed = false;
     std::vector<CollectedImage> images;
+    CollectedFigures figures;
     auto started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    auto run_id = new_run_id();
+    auto home = output_home(*box, throwaway, run_id, env.config);
+    auto watch = std::make_shared<Watch>(static_cast<std::size_t>(env.config.result_budget));
     std::exception_ptr failure;
     try {
+        if (!language) {
+            auto found = co_await detect_languages(env, box);
+            throw ToolError(fmt::format("unknown language '{}'; image {} has: {}", language_name, box->spec().image, available_list(found)));
+        }
+        // Python, JavaScript and bash (no source file) run on cubicle's images and on the hot path
+        // without a probe; a language the image may lack is looked up first, once per image.
+        if (!language->source_file.empty()) {
+            auto found = co_await detect_languages(env, box);
+            if (std::ranges::none_of(found, [language](const DetectedLanguage& d) { return d.language == language; })) {
+                throw ToolError(fmt::format("{} is not installed in image {} (Debian packages: {}); it has: {}", language->name,
+                                            box->spec().image, language->packages, available_list(found)));
+            }
+        }
         if (!context->cancelled()) {
             if (!throwaway) co_await install_workspace_dependencies(env, box, context);
-            auto progress = std::make_shared<ProgressStream>(context);
+            auto executor = co_await asio::this_coro::executor;
+            auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+            auto sink = watch_sink(watch, progress);
+            auto options = run_options(*box, home);
             // A throwaway sandbox lives for one program, so its (possibly pre-started)
             // interpreter is as fresh as a new process.
             bool use_interpreter = box->uses_agent() && (throwaway || (!fresh && box->stateful()));
-            if (use_interpreter && sandbox::has_interpreter(*language)) {
-                result = co_await box->run_cell(std::string(*language), std::move(code), !throwaway, timeout, env.config.max_output_bytes,
-                                                progress->sink(progress), context->cancellation());
-            } else {
+            if (use_interpreter && language->repl) {
+                // Figures come back inline from the stateful REPL (a throwaway run keeps no files to link).
+                if (language->name == "python" && !throwaway) options.figure_dir = box->workspace() + "/" + run_dir(run_id);
+                result = co_await box->run_cell(std::string(language->name), std::move(code), !throwaway, timeout, env.config.max_output_bytes,
+                                                std::move(sink), context->cancellation(), std::move(options));
+            } else if (language->source_file.empty()) {
                 auto request = sandbox::program_for(*language, std::move(code));
                 request.timeout_ms = timeout;
                 request.max_output_bytes = env.config.max_output_bytes;
-                result = co_await box->run(std::move(request), progress->sink(progress), context->cancellation());
+                result = co_await box->run(std::move(request), std::move(sink), context->cancellation(), std::move(options));
+            } else {
+                // The compile phase has the run's limits and timeout; a failed compile is the result.
+                // Its messages reach the output in order, before the program's.
+                auto build = sandbox::build_for(*language, std::move(code), box->workspace());
+                build.prepare.timeout_ms = build.run.timeout_ms = timeout;
+                build.prepare.max_output_bytes = build.run.max_output_bytes = env.config.max_output_bytes;
+                compiled = co_await box->run(std::move(build.prepare), sink, context->cancellation());
+                const auto& status = compiled->status;
+                if (status.exit_code != 0 || status.signal || status.timed_out || compiled->cancelled) {
+                    result = std::move(*compiled);
+                    compiled.reset();
+                    compile_failed = true;
+                } else {
+                    result = co_await box->run(std::move(build.run), std::move(sink), context->cancellation(), std::move(options));
+                }
+            }
+            progress->close();
+            if (!throwaway) co_await keep_saved_output_bounded(env, box, home, run_id, watch->out.bytes() + watch->err.bytes());
+            if (result.figures > 0 && box->alive()) {
+                figures = co_await collect_figures(env, box, box->workspace() + "/" + run_dir(run_id), result.figures);
             }
             if (return_images && box->alive()) images = co_await collect_images(env, box, started);
         }
@@ -140,23 +331,52 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     if (failure) std::rethrow_exception(failure);
 
     if (result.state_lost) {
-        result.stderr_text += result.status.timed_out ? "\n[cubicle] the interpreter was stopped at the timeout; its state (variables, imports) is lost and the next call starts fresh\n"
-                              : result.cancelled ? "\n[cubicle] the interpreter was stopped by cancellation; its state is lost and the next call starts fresh\n"
-                                                 : "\n[cubicle] the interpreter exited; its state is lost and the next call starts fresh\n";
+        watch->err.append(result.status.timed_out ? "\n[cubicle] the interpreter was stopped at the timeout; its state (variables, imports) is lost and the next call starts fresh\n"
+                          : result.cancelled ? "\n[cubicle] the interpreter was stopped by cancellation; its state is lost and the next call starts fresh\n"
+                                             : "\n[cubicle] the interpreter exited; its state is lost and the next call starts fresh\n");
     }
+    // Images get what the output leaves of the message (with room for the rest of it);
+    // a figure that does not fit stays saved, another image stays in the workspace.
+    std::size_t room = max_message_bytes - (256 << 10) - 2 * budget;
+    auto fits = [&room](const CollectedImage& image) {
+        if (image.base64_data.size() > room) return false;
+        room -= image.base64_data.size();
+        return true;
+    };
+    std::erase_if(figures.images, [&](CollectedImage& image) {
+        if (fits(image)) return false;
+        figures.saved.push_back(image.path);
+        return true;
+    });
+    std::erase_if(images, [&](const CollectedImage& image) {
+        if (fits(image)) return false;
+        watch->err.append(fmt::format("\n[cubicle] image {} ({} bytes) left out: the result would be too large; "
+                                      "fetch it with read_file or download_file\n", image.path, image.bytes));
+        return true;
+    });
     json::Writer w;
-    w.begin_object();
-    write_exec_fields(w, result);
-    w.field("truncated", result.status.truncated);
+    ToolResult tool_result;
+    w.begin_object().field("run_id", run_id);
+    write_output(w, watch->out, watch->err, budget, home, result.status.truncated);
+    add_output_links(tool_result, *box, home, watch->out, watch->err);
+    write_status_fields(w, result);
     w.field("duration_ms", static_cast<double>(result.status.duration_us / 100) / 10.0);
     w.field("state_lost", result.state_lost);
-    ToolResult tool_result;
-    if (return_images) {
+    w.field("phase", compile_failed ? "compile" : "run");
+    if (compiled) w.field("compile_ms", static_cast<double>(compiled->status.duration_us / 100) / 10.0);
+    if (return_images || !figures.images.empty() || !figures.saved.empty()) {
         w.key("images").begin_array();
-        for (auto& image : images) {
-            w.begin_object().field("path", image.path).field("mime", image.mime).field("bytes", image.bytes).end_object();
-            tool_result.images.push_back({std::move(image.base64_data), image.mime});
+        for (auto* list : {&figures.images, &images}) {
+            for (auto& image : *list) {
+                w.begin_object().field("path", image.path).field("mime", image.mime).field("bytes", image.bytes).end_object();
+                tool_result.images.push_back({std::move(image.base64_data), image.mime});
+            }
         }
+        w.end_array();
+    }
+    if (!figures.saved.empty()) {
+        w.key("figures_saved").begin_array();
+        for (const auto& path : figures.saved) w.value(path);
         w.end_array();
     }
     w.end_object();
@@ -167,27 +387,55 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
 // ---- run_command --------------------------------------------------------------
 
 asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"sandbox_id", "command", "timeout_s"});
-    auto box = env.manager.get(args.required_string("sandbox_id"));
+    Args args(arguments, {"sandbox_id", "command", "timeout_s", "background", "max_result_bytes"});
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto commands = args.strings("command");
     if (!commands) throw ToolError("argument 'command' is required (a shell command or a list of them)");
-    auto timeout = timeout_ms(args, env.config);
+    bool background = args.boolean("background").value_or(false);
+    auto timeout = timeout_ms(args, env.config, background);
+    auto budget = call_budget(args, env.config);
     co_await install_workspace_dependencies(env, box, context);
+    if (background) {
+        if (commands->size() != 1) throw ToolError("a background run takes one command; join several with && or ;");
+        auto request = sandbox::shell_command(commands->front());
+        request.timeout_ms = timeout;
+        request.max_output_bytes = env.config.max_output_bytes;
+        co_return co_await start_background(env, box, std::move(request), commands->front());
+    }
+    auto executor = co_await asio::this_coro::executor;
     json::Writer w;
+    ToolResult tool_result;
     w.begin_object().key("results").begin_array();
+    std::size_t left = commands->size();
     for (auto& command : *commands) {
         if (context->cancelled()) break;
         auto request = sandbox::shell_command(command);
         request.timeout_ms = timeout;
         request.max_output_bytes = env.config.max_output_bytes;
-        auto result = co_await run_streaming(box, std::move(request), context);
-        w.begin_object().field("command", command);
-        write_exec_fields(w, result);
-        w.field("truncated", result.status.truncated);
-        w.end_object();
+        auto run_id = new_run_id();
+        auto home = output_home(*box, false, run_id, env.config);
+        auto watch = std::make_shared<Watch>(static_cast<std::size_t>(env.config.result_budget));
+        auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+        auto sink = watch_sink(watch, progress);
+        auto options = run_options(*box, home);
+        auto result = co_await box->run(std::move(request), std::move(sink), context->cancellation(), std::move(options));
+        progress->close();
+        co_await keep_saved_output_bounded(env, box, home, run_id, watch->out.bytes() + watch->err.bytes());
+        // The budget is shared by the commands in turn: what one leaves, the next may use.
+        auto share = std::max(min_result_budget, budget / left--);
+        json::Writer entry;
+        entry.begin_object().field("command", command).field("run_id", run_id);
+        write_output(entry, watch->out, watch->err, share, home, result.status.truncated);
+        write_status_fields(entry, result);
+        entry.end_object();
+        auto used = 2 * entry.str().size();  // escaped once, then again in the text content
+        budget = budget > used ? budget - used : 0;
+        w.raw(entry.str());
+        add_output_links(tool_result, *box, home, watch->out, watch->err);
     }
     w.end_array().end_object();
-    co_return structured(w.take());
+    tool_result.structured = w.take();
+    co_return tool_result;
 }
 
 // ---- get_sandbox_status -------------------------------------------------------
@@ -208,14 +456,14 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.end_object();
 }
 
-asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element arguments, Context) {
+asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id"});
     json::Writer w;
     w.begin_object().key("sandboxes").begin_array();
     if (auto id = args.string("sandbox_id")) {
-        write_status(w, *env.manager.get(*id));
+        write_status(w, *env.manager.get(*id, context->principal()));
     } else {
-        for (const auto& box : env.manager.list()) write_status(w, *box);
+        for (const auto& box : env.manager.list(context->principal())) write_status(w, *box);
     }
     w.end_array().end_object();
     co_return structured(w.take());
@@ -223,10 +471,10 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
 
 // ---- stop_sandbox -------------------------------------------------------------
 
-asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element arguments, Context) {
+asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id"});
     auto id = args.required_string("sandbox_id");
-    env.manager.get(id);
+    env.manager.get(id, context->principal());
     co_await env.manager.destroy(id);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("stopped", true).end_object();
@@ -235,15 +483,36 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
 
 // ---- schemas ------------------------------------------------------------------
 
+constexpr std::string_view output_properties = R"(
+        "stdout": {"type": "string", "description": "Standard output, UTF-8 with invalid bytes replaced; when too long for the result, its head and tail around a [cubicle] line saying what was left out"},
+        "stderr": {"type": "string", "description": "Standard error, shown the same way"},
+        "stdout_bytes": {"type": "integer", "description": "Bytes the program wrote to stdout"},
+        "stderr_bytes": {"type": "integer", "description": "Bytes the program wrote to stderr"},
+        "truncated": {"type": "boolean", "description": "The result does not show all output"},
+        "stdout_file": {"type": "string", "description": "Workspace file holding the whole stdout; read_file with offset or tail reads it"},
+        "stderr_file": {"type": "string", "description": "Workspace file holding the whole stderr"})";
+
 constexpr std::string_view exec_result_properties = R"(
-        "stdout": {"type": "string", "description": "Standard output, UTF-8 with invalid bytes replaced"},
-        "stderr": {"type": "string", "description": "Standard error"},
+        "run_id": {"type": "string"},
         "exit_code": {"type": "integer", "description": "Exit status; 128+N when killed by signal N"},
-        "timed_out": {"type": "boolean", "description": "Killed (with all its processes) at the timeout"},
-        "truncated": {"type": "boolean", "description": "Output went past the cap and was cut"})";
+        "timed_out": {"type": "boolean", "description": "Killed (with all its processes) at the timeout"},)";
+
+constexpr std::string_view background_properties = R"(
+        "background": {"type": "boolean", "default": false, "description": "Start the program and return a run_id at once; look at it with get_run, feed it with send_input, stop it with signal_run. Its timeout_s may be longer than a call's"},
+        "max_result_bytes": {"type": "integer", "minimum": 1024, "description": "Show at most this many bytes of output in the result (the server's limit is the most); the whole output stays in stdout_file/stderr_file"})";
+
+constexpr std::string_view background_result_properties = R"(
+        "status": {"type": "string", "enum": ["running"]}, "sandbox_id": {"type": "string"}, "timeout_s": {"type": "number"},)";
 
 constexpr std::string_view timeout_property =
-    R"("timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Kill the program (and every process it started) after this many seconds"})";
+    R"("timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Kill the program and every process it started, detached ones (setsid, daemons) included, after this many seconds"})";
+
+// What outlives a run in a sandbox that keeps state: the agent's process rules, in words.
+constexpr std::string_view process_lifetime =
+    " What a sandbox keeps between calls: its files, the persistent interpreters, and processes a program detached "
+    "into a session of their own (setsid, nohup setsid, a daemon). Everything else a program started ends with it. "
+    "A timeout or cancellation kills the program and every process of the sandbox that no still-running program or "
+    "interpreter owns, detached ones included.";
 
 constexpr std::string_view sandbox_status_properties = R"(
         "sandbox_id": {"type": "string"}, "container_id": {"type": "string"},
@@ -256,10 +525,36 @@ constexpr std::string_view sandbox_status_properties = R"(
         "executor": {"type": "string", "enum": ["agent", "exec"], "description": "How programs run: agent, the in-sandbox agent; or exec, Docker exec where the agent cannot run in the image, with no persistent interpreters and a timeout that stops the sandbox"},
         "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})";
 
+std::string language_enum() {
+    std::string out;
+    for (auto name : sandbox::language_names()) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", name);
+    return out;
+}
+
+// "python, javascript, r and ruby"
+std::string stateful_languages() {
+    std::vector<std::string_view> names;
+    for (const auto& language : sandbox::languages()) {
+        if (language.repl) names.push_back(language.name);
+    }
+    std::string out;
+    for (std::size_t i = 0; i < names.size(); ++i) out += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? " and " : ", ", names[i]);
+    return out;
+}
+
 } // namespace
 
+Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
+    Env env{manager, docker, config, std::make_shared<Runs>()};
+    return {tools_of(env), sandbox_resources(env)};
+}
+
 std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
-    Env env{manager, docker, config};
+    return sandbox_services(manager, docker, config).tools;
+}
+
+std::vector<mcp::Tool> tools_of(Env env) {
+    const auto& config = env.config;
     std::vector<mcp::Tool> tools;
 
     tools.push_back({
@@ -271,14 +566,19 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
         .input_schema = object_schema(fmt::format(R"(
             "image": {{"type": "string", "description": "Docker image; default {}"}},
             "network": {{"type": "boolean", "default": false, "description": "Give the sandbox network access, if the server allows it"}},
-            "memory_mb": {{"type": "integer", "minimum": 16, "description": "Memory limit in MiB; default {}"}},
-            "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}"}},
+            "memory_mb": {{"type": "integer", "minimum": 16, "description": "Memory limit in MiB; default {}, at most the server's ceiling"}},
+            "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}, at most the server's ceiling"}},
+            "pids_limit": {{"type": "integer", "minimum": 8, "description": "Most processes at once; default {}, at most the server's ceiling"}},
+            "tmp_size_mb": {{"type": "integer", "minimum": 1, "description": "Size of /tmp in MiB, held in memory and counted in memory_mb; default {}, at most the server's ceiling"}},
+            "disk_mb": {{"type": "integer", "minimum": 1, "description": "Size of /workspace in MiB, held in memory and added to the memory limit; default {}, at most the server's ceiling"}},
+            "files_limit": {{"type": "integer", "minimum": 100, "description": "Most files and directories in /workspace; default {}, at most the server's ceiling"}},
             "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
-            "stateful": {{"type": "boolean", "default": true, "description": "Python and JavaScript keep variables between execute_code calls, in one persistent interpreter per language"}},
+            "stateful": {{"type": "boolean", "default": true, "description": "{} keep variables between execute_code calls, in one persistent interpreter per language; the others run a fresh process each call"}},
             "workspace": {{"type": "boolean", "default": false, "description": "A private workspace (own directory and user) in a container shared with other workspaces: much cheaper than a container of its own, but memory, CPU and process limits are shared and there is no network"}},
             "auto_install": {{"type": "boolean", "default": true, "description": "Before running code, install requirements.txt / package.json from the workspace when they changed; sandboxes with network only"}},
             "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs; needs the NVIDIA container runtime on the host"}})",
-                                                  config.default_image, config.memory_mb, config.cpus),
+                                                  config.default_image, config.memory_mb, config.cpus, config.pids_limit, config.tmp_size_mb,
+                                                  config.disk_mb, config.files_limit, stateful_languages()),
                                       ""),
         .output_schema = object_schema(R"(
             "sandbox_id": {"type": "string"}, "container_id": {"type": "string"}, "image": {"type": "string"},
@@ -294,45 +594,60 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
         .name = "execute_code",
         .title = "Run code",
         .description = fmt::format(
-            "Run a program in a sandbox and return its output. Languages: {}. Without sandbox_id it runs in a fresh "
-            "throwaway sandbox removed afterwards. Output streams as progress notifications while it runs. Default "
-            "timeout {} s (max {} s); output capped at {} bytes per stream.",
-            sandbox::language_list(), config.timeout_s, config.max_timeout_s, config.max_output_bytes),
+            "Run a program in a sandbox and return its output. Languages: {} (list_languages tells which a sandbox's "
+            "image has). Compiled languages build first (same limits and timeout; a failed build is the result, with "
+            "phase \"compile\"); builds are cached by content under /workspace/.cubicle. {} keep state between calls in "
+            "a stateful sandbox. Without sandbox_id it runs in a fresh "
+            "throwaway sandbox removed afterwards; in a persistent one, the code may change or delete its files. Output "
+            "streams as progress notifications while it runs. Default timeout {} s (max {} s). The result shows at most "
+            "{} bytes of output (head and tail); in a sandbox the whole output (up to {} bytes per stream) is saved in the "
+            "workspace as stdout_file and stderr_file. Matplotlib figures a Python cell shows or leaves open come back as "
+            "images. background: true returns a run_id at once for long work.{}",
+            sandbox::language_list(), stateful_languages(), config.timeout_s, config.max_timeout_s, config.result_budget,
+            config.max_output_bytes, process_lifetime),
         .input_schema = object_schema(fmt::format(R"(
             "code": {{"type": "string", "description": "The program's source code"}},
-            "language": {{"type": "string", "enum": ["python", "python3", "py", "javascript", "node", "js", "bash", "sh", "shell"], "default": "python"}},
+            "language": {{"type": "string", "enum": [{}], "default": "python"}},
             {},
             {},
             "fresh": {{"type": "boolean", "default": false, "description": "In a stateful sandbox, run in a fresh process instead of the persistent interpreter"}},
-            "return_images": {{"type": "boolean", "default": false, "description": "Return images the code writes into the workspace (PNG, JPEG, GIF, WebP, SVG; at most 5 of 2 MiB) as image content"}})",
-                                                  sandbox_id_property, timeout_property),
+            "return_images": {{"type": "boolean", "default": false, "description": "Return images the code writes into the workspace (PNG, JPEG, GIF, WebP, SVG; at most 5 of 2 MiB) as image content"}},{})",
+                                                  language_enum(), sandbox_id_property, timeout_property, background_properties),
                                       R"("code")"),
-        .output_schema = object_schema(fmt::format(R"({},
+        .output_schema = object_schema(fmt::format(R"({}{}{},
             "duration_ms": {{"type": "number", "description": "Wall time of the program"}},
             "state_lost": {{"type": "boolean", "description": "The persistent interpreter was stopped; earlier variables are gone"}},
-            "images": {{"type": "array", "items": {{"type": "object", "properties": {{"path": {{"type": "string"}}, "mime": {{"type": "string"}}, "bytes": {{"type": "integer"}}}}, "required": ["path", "mime", "bytes"]}}}})",
-                                                   exec_result_properties),
-                                       R"("stdout", "stderr", "exit_code", "timed_out", "truncated", "duration_ms")"),
-        .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
+            "phase": {{"type": "string", "enum": ["compile", "run"], "description": "compile: the build failed or timed out, and the output is the compiler's"}},
+            "compile_ms": {{"type": "number", "description": "Wall time of the build step; a cached build only checks its cache"}},
+            "images": {{"type": "array", "items": {{"type": "object", "properties": {{"path": {{"type": "string"}}, "mime": {{"type": "string"}}, "bytes": {{"type": "integer"}}}}, "required": ["path", "mime", "bytes"]}}}},
+            "figures_saved": {{"type": "array", "items": {{"type": "string"}}, "description": "Figures past the inline limit (4 of 1 MiB), saved in the workspace"}})",
+                                                   exec_result_properties, background_result_properties, output_properties),
+                                       R"("run_id")"),
+        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
         .handler = bind<execute_code>(env),
     });
 
     tools.push_back({
         .name = "run_command",
         .title = "Run shell commands",
-        .description = "Run one shell command or a list of them, in order, with /bin/sh -c in the sandbox's /workspace. "
-                       "Each command gets its own result.",
+        .description = fmt::format("Run one shell command or a list of them, in order, with /bin/sh -c in the sandbox's "
+                                   "/workspace. Each command gets its own result; commands may change or delete the sandbox's "
+                                   "files. The output shown is budgeted like execute_code's and saved whole in the workspace. "
+                                   "background: true (one command) returns a run_id at once.{}",
+                                   process_lifetime),
         .input_schema = object_schema(fmt::format(R"({},
             "command": {{"anyOf": [{{"type": "string"}}, {{"type": "array", "items": {{"type": "string"}}, "minItems": 1}}], "description": "A command, or a list run in order"}},
-            {})",
-                                                  sandbox_id_property, timeout_property),
+            {},{})",
+                                                  sandbox_id_property, timeout_property, background_properties),
                                       R"("sandbox_id", "command")"),
         .output_schema = object_schema(fmt::format(R"(
-            "results": {{"type": "array", "items": {}}})",
-                                                   object_schema(fmt::format(R"("command": {{"type": "string"}}, {})", exec_result_properties),
-                                                                 R"("command", "stdout", "stderr", "exit_code", "timed_out")")),
-                                       R"("results")"),
-        .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
+            "results": {{"type": "array", "items": {}}},{}
+            "run_id": {{"type": "string"}}, "stdout_file": {{"type": "string"}}, "stderr_file": {{"type": "string"}})",
+                                                   object_schema(fmt::format(R"("command": {{"type": "string"}}, {}{})", exec_result_properties, output_properties),
+                                                                 R"("command", "stdout", "stderr", "exit_code", "timed_out")"),
+                                                   background_result_properties),
+                                       ""),
+        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
         .handler = bind<run_command>(env),
     });
 
@@ -352,15 +667,17 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
     tools.push_back({
         .name = "stop_sandbox",
         .title = "Stop a sandbox",
-        .description = "Stop a sandbox and delete it with its files.",
+        .description = "Stop a sandbox and delete it with its files, for good; stopping it again changes nothing.",
         .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
         .output_schema = object_schema(R"("sandbox_id": {"type": "string"}, "stopped": {"type": "boolean"})",
                                        R"("sandbox_id", "stopped")"),
-        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
+        .read_only = false, .destructive = true, .idempotent = true, .open_world = false,
         .handler = bind<stop_sandbox>(env),
     });
+    for (auto& tool : run_tools(env)) tools.push_back(std::move(tool));
     for (auto& tool : file_tools(env)) tools.push_back(std::move(tool));
     for (auto& tool : package_tools(env)) tools.push_back(std::move(tool));
+    for (auto& tool : language_tools(env)) tools.push_back(std::move(tool));
     return tools;
 }
 

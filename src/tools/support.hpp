@@ -13,15 +13,21 @@
 #include "common/errors.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "mcp/resource.hpp"
 #include "mcp/tool.hpp"
+#include "sandbox/languages.hpp"
 #include "sandbox/manager.hpp"
+#include "tools/budget.hpp"
 
 namespace cubicle::tools {
+
+class Runs;
 
 struct Env {
     sandbox::Manager& manager;
     docker::Client& docker;
     const Config& config;
+    std::shared_ptr<Runs> runs;  // background runs
 };
 
 using Context = std::shared_ptr<mcp::RequestContext>;
@@ -41,7 +47,9 @@ inline constexpr std::string_view sandbox_id_property =
 template <auto Handler>
 boost::asio::awaitable<mcp::ToolResult> guarded(Env env, simdjson::dom::element arguments, Context context) {
     try {
-        co_return co_await Handler(env, arguments, std::move(context));
+        auto result = co_await Handler(env, arguments, std::move(context));
+        finish_result(result);
+        co_return result;
     } catch (const docker::Error& e) {
         throw ToolError(e.what());
     }
@@ -67,8 +75,51 @@ struct CollectedImage {
 // (unix seconds), at most 5 of at most 2 MiB each.
 boost::asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<sandbox::Sandbox> box, double since);
 
+// The figures a Python cell saved (figure-1.png … in `dir`, absolute): the
+// first `max_images` of at most `max_bytes` as images, the paths of the rest.
+struct CollectedFigures {
+    std::vector<CollectedImage> images;
+    std::vector<std::string> saved;  // workspace-relative paths not returned inline
+};
+boost::asio::awaitable<CollectedFigures> collect_figures(Env env, std::shared_ptr<sandbox::Sandbox> box, std::string dir,
+                                                         int count);
+
+// Every tool (sandbox_tools.cpp).
+std::vector<mcp::Tool> tools_of(Env env);
+
+// The sandboxes' files as resources, sandbox://<sandbox_id>/<path> (resources.cpp).
+mcp::ResourceProvider sandbox_resources(Env env);
+std::string sandbox_uri(std::string_view sandbox_id, std::string_view path);
+
+// A workspace file's size and its first `max_bytes` (file_tools.cpp). Throws ToolError.
+struct FileHead {
+    std::uint64_t size;
+    std::string data;
+};
+boost::asio::awaitable<FileHead> read_workspace_file(std::shared_ptr<sandbox::Sandbox> box, std::string path, std::uint64_t max_bytes);
+// The MIME type of an image file by its bytes, else empty.
+std::string image_mime_of(std::string_view path, std::string_view data);
+
+// The background-run tools: get_run, send_input, signal_run, list_runs (run_tools.cpp).
+std::vector<mcp::Tool> run_tools(Env env);
+
 // The file tools (file_tools.cpp).
 std::vector<mcp::Tool> file_tools(Env env);
+
+// list_languages (language_tools.cpp).
+std::vector<mcp::Tool> language_tools(Env env);
+
+// A language found in an image, with its version.
+struct DetectedLanguage {
+    const sandbox::Language* language;
+    std::string version;
+};
+
+// The languages present in a sandbox's image, probed once per image id.
+boost::asio::awaitable<std::vector<DetectedLanguage>> detect_languages(Env env, std::shared_ptr<sandbox::Sandbox> box);
+
+// "python (python3, py), go (golang)" for the detected languages; "none" if there are none.
+std::string available_list(const std::vector<DetectedLanguage>& found);
 
 // install_package (package_tools.cpp).
 std::vector<mcp::Tool> package_tools(Env env);

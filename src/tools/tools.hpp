@@ -5,11 +5,19 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "mcp/resource.hpp"
 #include "mcp/tool.hpp"
 #include "sandbox/manager.hpp"
 
 namespace cubicle::tools {
 
 std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& docker, const Config& config);
+
+// The tools and, sharing their state, the sandboxes' files as resources.
+struct Services {
+    std::vector<mcp::Tool> tools;
+    mcp::ResourceProvider resources;
+};
+Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config);
 
 } // namespace cubicle::tools

@@ -8,13 +8,15 @@ starts it locally as a subprocess and speaks the frame protocol over pipes.
 import os
 import select
 import signal
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from agent_wire import (CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
+                        STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = Path(os.environ.get("CUBICLE_AGENT", REPO / "build/src/agent/cubicle-agent"))
@@ -23,20 +25,6 @@ pytestmark = pytest.mark.skipif(
     not AGENT.is_file(),
     reason=f"agent binary not found at {AGENT} (build it or set CUBICLE_AGENT)",
 )
-
-RUN, KILL, PING, STDIN, OPEN = 0x01, 0x02, 0x03, 0x04, 0x05
-HELLO, STDOUT, STDERR, EXIT, ERROR, PONG, CONTROL = 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
-HDR = struct.Struct(">IBI")
-
-
-def encode_frame(ftype, fid, payload=b""):
-    return HDR.pack(len(payload), ftype, fid) + payload
-
-
-def encode_run(argv, stdin=b"", timeout_ms=0, max_output=0, cwd="", env=()):
-    fields = [str(timeout_ms), str(max_output), cwd, str(len(argv)), *argv,
-              str(len(env)), *env]
-    return b"".join(f.encode() + b"\0" for f in fields) + stdin
 
 
 class Exit:
@@ -471,7 +459,7 @@ def test_unknown_frame_type(agent):
 
 
 def test_oversized_frame_rejected(agent):
-    agent.send_raw(HDR.pack((64 << 20) + 1, RUN, 77))
+    agent.send_raw(HDR.pack(MAX_PAYLOAD + 1, RUN, 77))
     ftype, fid, msg = agent.read_frame()
     assert (ftype, fid) == (ERROR, 77) and msg
     assert agent.proc.wait(5) == 2
@@ -479,7 +467,7 @@ def test_oversized_frame_rejected(agent):
 
 
 def test_max_size_frame_accepted(agent):
-    payload = os.urandom(64 << 20)
+    payload = os.urandom(MAX_PAYLOAD)
     agent.send(PING, 1, payload)
     assert agent.read_frame(timeout=30) == (PONG, 1, payload)
 

@@ -8,6 +8,7 @@ in the same run (the machine is small and noisy: compare ratios, not
 absolute numbers between runs).
 
     python3 tests/bench/bench.py [--quick] [--rounds N]
+    python3 tests/bench/bench.py --soak SECONDS
 
 See tests/bench/README.md for what each row means.
 """
@@ -31,6 +32,20 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "cubicle/sandbox-test:latest"
+POLYGLOT_IMAGE = "cubicle/sandbox-polyglot:latest"
+# Section 8: a hello world per language; {n} makes each first run's code new (a cache miss).
+LANGUAGE_PROGRAMS = {
+    "python": 'print("hi {n}")',
+    "javascript": 'console.log("hi {n}")',
+    "typescript": 'const s: string = "hi {n}"; console.log(s);',
+    "r": 'cat("hi {n}\\n")',
+    "ruby": 'puts "hi {n}"',
+    "go": 'package main\nimport "fmt"\nfunc main() {{ fmt.Println("hi {n}") }}',
+    "c": '#include <stdio.h>\nint main(void) {{ puts("hi {n}"); return 0; }}',
+    "cpp": '#include <iostream>\nint main() {{ std::cout << "hi {n}" << std::endl; }}',
+    "java": 'public class Main {{ public static void main(String[] a) {{ System.out.println("hi {n}"); }} }}',
+    "rust": 'fn main() {{ println!("hi {n}"); }}',
+}
 BENCH_LABEL = "io.cubicle.bench"  # marks the baseline containers this script starts with docker run
 CALL_TIMEOUT_S = 180.0
 
@@ -206,6 +221,122 @@ class Server:
             self._log.close()
 
 
+# ---------------------------------------------------------------------------
+# Streamable HTTP (section 7, --http): a minimal keep-alive HTTP/1.1 client
+# ---------------------------------------------------------------------------
+
+class HttpConn:
+    """One keep-alive connection; JSON answers only (Accept: application/json)."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.headers: dict[str, str] = {}
+
+    async def open(self) -> "HttpConn":
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def post(self, path: str, msg: dict) -> tuple[int, dict[str, str], dict]:
+        assert self.reader and self.writer
+        body = json.dumps(msg, separators=(",", ":")).encode()
+        head = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Content-Type: application/json",
+                "Accept: application/json", f"Content-Length: {len(body)}"]
+        head += [f"{k}: {v}" for k, v in self.headers.items()]
+        self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        status, headers, data = await self._read()
+        return status, headers, (json.loads(data) if data else {})
+
+    async def get(self, path: str) -> int:
+        assert self.reader and self.writer
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode())
+        return (await self._read())[0]
+
+    async def _read(self) -> tuple[int, dict[str, str], bytes]:
+        assert self.reader
+        status = int((await self.reader.readline()).split()[1])
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            k, _, v = line.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        data = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return status, headers, data
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+
+
+class HttpSession:
+    """An MCP session (2025 era) over one HttpConn, calls timed like Server.call."""
+
+    def __init__(self, conn: HttpConn, path: str):
+        self.conn, self.path, self._next_id = conn, path, 0
+
+    async def start(self) -> "HttpSession":
+        status, headers, _ = await self.conn.post(self.path, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+        if status != 200:
+            raise RuntimeError(f"HTTP initialize: {status}")
+        self.conn.headers = {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        return self
+
+    async def call(self, tool: str, arguments: dict) -> Reply:
+        self._next_id += 1
+        sent = time.perf_counter()
+        status, _, msg = await self.conn.post(self.path, {"jsonrpc": "2.0", "id": self._next_id, "method": "tools/call",
+                                                          "params": {"name": tool, "arguments": arguments}})
+        if status != 200:
+            msg = {"error": {"code": status, "message": f"HTTP {status}"}}
+        return Reply(msg, sent, time.perf_counter())
+
+
+class HttpServerProcess:
+    """`cubicle --transport http` on a free loopback port."""
+
+    def __init__(self, binary: Path, extra_args: list[str], log_dir: Path):
+        self.argv = [str(binary), "--default-image", IMAGE, "--transport", "http", "--port", "0", *extra_args]
+        self.log_path = log_dir / "server-http.log"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.path = "/mcp"
+
+    async def start(self) -> None:
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        log.close()
+        for _ in range(400):
+            text = self.log_path.read_text(errors="replace")
+            if "serving MCP on http://" in text:
+                url = text.split("serving MCP on http://", 1)[1].split()[0]
+                hostport, _, path = url.partition("/")
+                self.port, self.path = int(hostport.rsplit(":", 1)[1]), "/" + path
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"HTTP server exited: {text[-500:]}")
+            await asyncio.sleep(0.05)
+        raise RuntimeError("HTTP server did not start listening")
+
+    def rss_kib(self) -> int:
+        assert self.proc
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    async def close(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            for _ in range(1200):
+                if self.proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def binary_fingerprint(path: Path) -> str:
     import hashlib
     try:
@@ -300,6 +431,10 @@ def ok_print1(r: Reply) -> bool:
 def short(s: str, n: int = 90) -> str:
     s = " ".join(str(s).split())
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+class _SkipRest(Exception):
+    """--http-only: the other sections are not run."""
 
 
 class Bench:
@@ -556,6 +691,45 @@ class Bench:
         if not row.samples:
             row.na = "no output arrived as progress notifications"
 
+    # -- 9: output floods -------------------------------------------------------------
+
+    FLOODS = [
+        ("flood_stdout", "50 MB to stdout (numbered lines)",
+         "import sys\nw = sys.stdout.write\nfor i in range(3_400_000): w('line %09d\\n' % i)\n"),
+        ("flood_stderr", "50 MB to stderr (numbered lines)",
+         "import sys\nw = sys.stderr.write\nfor i in range(3_400_000): w('line %09d\\n' % i)\n"),
+        ("flood_line", "10 MB in one line, no newline", "import sys\nsys.stdout.write('x' * 10_000_000)\n"),
+    ]
+
+    async def section_floods(self, s: Server) -> None:
+        """What a flood costs the client: result size, progress volume, time to the first byte."""
+        sid = await self.new_sandbox(s)
+        self.log("section 9: output floods")
+        for key, what, code in self.FLOODS:
+            size = self.row(f"{key}_result", "9", f"{what}: result size", unit="bytes")
+            first = self.row(f"{key}_first", "9", f"{what}: request → first progress byte")
+            notes: list[tuple[float, int]] = []
+            sent = time.perf_counter()
+            r = await s.call("execute_code", {"code": code, "sandbox_id": sid, "fresh": True, "timeout_s": 120},
+                             on_progress=lambda t, _wall, p: notes.append((t, len(p.get("message", "")))),
+                             timeout=180)
+            if r.error:
+                size.na = first.na = f"run failed: {short(r.error)}"
+                continue
+            wire = len(json.dumps(r.msg, separators=(",", ":")).encode())
+            size.value = f"{wire} B"
+            size.samples.append(float(wire))
+            size.target = "< 20 KiB"
+            size.checks.append(wire < 20 * 1024)
+            size.note = (f"{r.sc.get('stdout_bytes', 0) + r.sc.get('stderr_bytes', 0)} bytes written; "
+                         f"{len(notes)} progress notifications, {sum(n for _, n in notes)} bytes; "
+                         f"call {r.elapsed_ms:.0f} ms")
+            if notes:
+                first.samples.append((notes[0][0] - sent) * 1000.0)
+            else:
+                first.na = "no progress notification arrived"
+        await self.stop(s, sid)
+
     # -- 5: concurrency ---------------------------------------------------------------
 
     async def section_concurrency(self, s: Server) -> None:
@@ -635,6 +809,15 @@ class Bench:
             row.checks = [kib * 1024 <= 30e6, len(sids) == n]
             if errors:
                 self.problems.append(f"100 sandboxes: {len(errors)} create errors, first: {errors[0]}")
+            # Shutdown removes them all at once: stdin EOF to exit.
+            down = self.row("shutdown_100", "6", f"exit after stdin EOF with {len(sids)} live sandboxes")
+            t0 = time.perf_counter()
+            await s.close()
+            took = time.perf_counter() - t0
+            down.value = f"{took * 1000:.0f} ms"
+            down.target = "<2 s"
+            down.checks = [took < 2.0]
+            sids.clear()
         finally:
             self.log(f"section 6: stopping {len(sids)} sandboxes")
             stop_sem = asyncio.Semaphore(8)
@@ -645,11 +828,102 @@ class Bench:
 
             await asyncio.gather(*(stop(sid) for sid in list(sids)))
 
+    # -- 7: streamable HTTP (--http) ------------------------------------------------------
+
+    async def section_http(self, stdio: Server) -> None:
+        pair = self.row("http_pair_stdio", "7", "stdio `execute_code` print(1), stateful, alternating with HTTP (baseline)")
+        over = self.row("http_stateful", "7", "HTTP `execute_code` print(1), stateful, one keep-alive connection")
+        tput = self.row("http_tput", "7", "HTTP: 50 clients (own session and workspace each) × stateful print(1)")
+        idle = self.row("http_idle", "7", "HTTP server VmRSS holding 1,000 idle keep-alive connections")
+        srv = HttpServerProcess(self.binary, ["--pool-size", "0", "--max-sandboxes", "200", "--client-max-sandboxes", "200",
+                                              "--client-max-executions", "200", "--client-calls-per-minute", "10000000"],
+                                self.log_dir)
+        await srv.start()
+        conns: list[HttpConn] = []
+        try:
+            session = await HttpSession(await HttpConn(srv.port).open(), srv.path).start()
+            r = await session.call("initialize_sandbox", {})
+            if r.error:
+                raise RuntimeError(f"HTTP initialize_sandbox: {r.error}")
+            await stdio.learn_instance(r.sc.get("container_id", ""))
+            http_sid = r.sc["sandbox_id"]
+            stdio_sid = await self.new_sandbox(stdio)
+            rounds = max(self.rounds * 10, 50)
+            for _ in range(5):
+                await session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
+                await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
+            self.log(f"section 7: stateful print(1), HTTP and stdio alternating, {rounds} rounds")
+            for _ in range(rounds):
+                r = await session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
+                (over.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"HTTP exec: {short(r.error or r.sc)}"))
+                r = await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
+                (pair.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"stdio exec: {short(r.error or r.sc)}"))
+            await self.stop(stdio, stdio_sid)
+            if over.samples and pair.samples:
+                diff = over.med - pair.med
+                over.ratios = [f"this − stdio = {diff:+.3f} ms"]
+                over.target = "≤ stdio + 0.5 ms"
+                over.checks = [diff <= 0.5]
+
+            clients, per = 50, max(self.rounds * 2, 20)
+            self.log(f"section 7: {clients} HTTP clients × {per} stateful executions")
+            sessions = [await HttpSession(await HttpConn(srv.port).open(), srv.path).start() for _ in range(clients)]
+            created = await asyncio.gather(*(s.call("initialize_sandbox", {"workspace": True}) for s in sessions))
+            sids = [c.sc["sandbox_id"] for c in created if not c.error]
+            if len(sids) != clients:
+                raise RuntimeError(f"workspaces: {[c.error for c in created if c.error][:1]}")
+            for s, sid in zip(sessions, sids):
+                await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid})
+            lat: list[float] = []
+            errors: list[str] = []
+
+            async def stream(s: HttpSession, sid: str) -> None:
+                for _ in range(per):
+                    r = await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid})
+                    (lat.append(r.elapsed_ms) if ok_print1(r) else errors.append(short(r.error or r.sc)))
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(stream(s, sid) for s, sid in zip(sessions, sids)))
+            wall = time.perf_counter() - t0
+            rate = clients * per / wall
+            tput.samples = lat
+            tput.value = f"{rate:.0f} exec/s"
+            tput.ratios = [f"latency median {median(lat):.1f} ms, p99 {pct(lat, 99):.1f} ms" if lat else "no samples",
+                           f"errors {len(errors)}/{clients * per}", f"wall {wall:.2f} s"]
+            tput.target = "≥1000 exec/s, 0 errors"
+            tput.checks = [rate >= 1000, not errors]
+            if errors:
+                self.problems.append(f"HTTP throughput: {len(errors)} errors, first: {errors[0]}")
+            await asyncio.gather(*(s.call("stop_sandbox", {"sandbox_id": sid}) for s, sid in zip(sessions, sids)))
+            await session.call("stop_sandbox", {"sandbox_id": http_sid})
+            for s in sessions:
+                s.conn.close()
+            session.conn.close()
+
+            await asyncio.sleep(1.0)
+            before = srv.rss_kib()
+            self.log("section 7: 1,000 idle keep-alive connections")
+            for _ in range(1000):
+                c = await HttpConn(srv.port).open()
+                if await c.get("/healthz") != 200:
+                    raise RuntimeError("GET /healthz failed")
+                conns.append(c)
+            await asyncio.sleep(1.0)
+            kib = srv.rss_kib()
+            idle.value = f"{kib * 1024 / 1e6:.1f} MB"
+            idle.ratios = [f"{before * 1024 / 1e6:.1f} MB before; +{(kib - before) / 1000:.1f} KiB per connection"]
+            idle.target = "≤60 MB"
+            idle.checks = [kib * 1024 <= 60e6]
+        finally:
+            for c in conns:
+                c.close()
+            await srv.close()
+
     # -- targets ---------------------------------------------------------------------
 
     def apply_targets(self) -> None:
         R = self.results
-        run_m = R["docker_run"].med
+        run_m = R["docker_run"].med if "docker_run" in R else None
         exec_m = R["docker_exec"].med if "docker_exec" in R else None
         floor_m = R["floor"].med if "floor" in R else None
 
@@ -720,11 +994,11 @@ class Bench:
             left = out.split()
             if left:
                 msgs.append(f"{len(left)} container(s) of cubicle instance {inst} were left behind; removing them")
-                await run_cmd(["docker", "rm", "-f", *left])
+                await run_cmd(["docker", "rm", "-f", "-v", *left])
         rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}"])
         if out.split():
             msgs.append(f"{len(out.split())} baseline container(s) were left behind; removing them")
-            await run_cmd(["docker", "rm", "-f", *out.split()])
+            await run_cmd(["docker", "rm", "-f", "-v", *out.split()])
         rc, out, _ = await run_cmd(["docker", "ps", "-a", "--filter", "label=io.cubicle.managed",
                                     "--format", '{{.ID}} {{.Label "io.cubicle.instance"}}'])
         left = [line.split() for line in out.splitlines() if line.strip()]
@@ -734,6 +1008,156 @@ class Bench:
                     f"{len(ours)}" + (f"; {others} other io.cubicle.managed container(s) exist, of other cubicle instances "
                                      f"(other users of this Docker daemon), left alone" if others else ""))
         return msgs
+
+    # -- soak ------------------------------------------------------------------------------
+
+    async def server_footprint(self, s: Server) -> dict[str, int]:
+        """What a leak would grow: the server's RSS and fds, its containers, their volumes,
+        and the daemon's dangling volumes (shared with other users of the daemon)."""
+        assert s.proc
+        footprint = {"rss_kib": s.rss_kib(), "fds": len(os.listdir(f"/proc/{s.proc.pid}/fd"))}
+        containers: list[str] = []
+        for inst in sorted(s.instances):
+            _, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label=io.cubicle.instance={inst}"])
+            containers += out.split()
+        footprint["containers"] = len(containers)
+        volumes = 0
+        if containers:
+            _, out, _ = await run_cmd(["docker", "inspect", "-f", '{{range .Mounts}}{{if eq .Type "volume"}}v {{end}}{{end}}',
+                                       *containers])
+            volumes = out.count("v")
+        footprint["volumes"] = volumes
+        _, out, _ = await run_cmd(["docker", "volume", "ls", "-q", "--filter", "dangling=true"])
+        footprint["dangling_volumes"] = len(out.split())
+        return footprint
+
+    async def run_soak(self) -> int:
+        seconds, workers = self.args.soak, self.args.soak_workers
+        s = await self.server("soak", ["--max-sandboxes", "200"])
+        counts: dict[str, int] = {}
+        latencies: dict[str, list[float]] = {}
+        errors: list[str] = []
+        samples: list[tuple[float, int, int]] = []
+        sandboxes: list[str] = []
+
+        async def call(kind: str, tool: str, arguments: dict) -> Reply:
+            r = await s.call(tool, arguments) if tool != "ping" else await s.request("ping", {})
+            counts[kind] = counts.get(kind, 0) + 1
+            latencies.setdefault(kind, []).append(r.elapsed_ms)
+            if r.error:
+                errors.append(f"{kind}: {short(r.error, 160)}")
+            return r
+
+        async def mixed(sid: str, rounds: int | None, until: float) -> None:
+            i = 0
+            while (rounds is None and time.monotonic() < until) or (rounds is not None and i < rounds):
+                i += 1
+                op = i % 6
+                if op == 0:
+                    await call("execute_code throwaway", "execute_code", {"code": "print(1)"})
+                elif op == 1:
+                    await call("execute_code stateful", "execute_code", {"sandbox_id": sid, "code": f"x = {i}\nprint(x)"})
+                elif op == 2:
+                    await call("run_command", "run_command", {"sandbox_id": sid, "command": "echo hi; ls / | wc -l"})
+                elif op == 3:
+                    await call("write_file", "write_file", {"sandbox_id": sid, "path": f"f{i % 10}.txt", "content": "x" * 4096})
+                elif op == 4:
+                    await call("read_file", "read_file", {"sandbox_id": sid, "path": f"f{(i - 1) % 10}.txt"})
+                else:
+                    await call("ping", "ping", {})
+
+        try:
+            sandboxes = [await self.new_sandbox(s) for _ in range(workers)]
+            # Warm-up: allocator arenas, the warm pool and caches reach their working size first.
+            self.log(f"soak: warming up ({workers} workers)")
+            await asyncio.gather(*(mixed(sid, 30, 0) for sid in sandboxes))
+            await asyncio.sleep(2)
+            before = await self.server_footprint(s)
+            counts.clear()
+            latencies.clear()
+            warm_errors = len(errors)
+            self.log(f"soak: {seconds:.0f} s of mixed calls; before: {before}")
+            start = time.monotonic()
+            until = start + seconds
+
+            async def sample() -> None:
+                while time.monotonic() < until:
+                    samples.append((time.monotonic() - start, s.rss_kib(), sum(counts.values())))
+                    await asyncio.sleep(min(10.0, max(1.0, seconds / 12)))
+
+            await asyncio.gather(sample(), *(mixed(sid, None, until) for sid in sandboxes))
+            elapsed = time.monotonic() - start
+            await asyncio.sleep(2)
+            after = await self.server_footprint(s)
+        finally:
+            for sid in sandboxes:
+                await self.stop(s, sid)
+            for srv in self.servers:
+                await srv.close()
+            cleanup = await self.leak_check()
+
+        total = sum(counts.values())
+        print("# cubicle soak\n")
+        print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`")
+        print(f"- server: `{' '.join(shlex.quote(x) for x in s.shown_argv)}`; {workers} concurrent workers, "
+              f"each with its own sandbox; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        print(f"- {total} calls in {elapsed:.0f} s ({total / elapsed:.1f}/s), {len(errors) - warm_errors} errors\n")
+        print("| call | count | median ms | p90 ms |")
+        print("|---|---|---|---|")
+        for kind in sorted(counts):
+            lat = sorted(latencies[kind])
+            print(f"| {kind} | {counts[kind]} | {statistics.median(lat):.1f} | {lat[int(0.9 * (len(lat) - 1))]:.1f} |")
+        print("\n| measure | before | after | change |")
+        print("|---|---|---|---|")
+        for key, name in [("rss_kib", "server RSS (KiB)"), ("fds", "server open fds"), ("containers", "its containers"),
+                          ("volumes", "their volumes"), ("dangling_volumes", "dangling volumes on the daemon (shared)")]:
+            print(f"| {name} | {before[key]} | {after[key]} | {after[key] - before[key]:+d} |")
+        growth = (after["rss_kib"] - before["rss_kib"]) * 1024
+        print(f"\n- RSS change per call: {growth / max(1, total):+.0f} bytes")
+        if samples:
+            print("- RSS over time (s, KiB, calls): " + ", ".join(f"{t:.0f}/{kib}/{n}" for t, kib, n in samples))
+        for e in sorted(set(errors))[:10]:
+            print(f"- error: {e}")
+        for m in cleanup:
+            print(f"- cleanup: {m}")
+        # Idle keep-alive connections to the daemon (up to 8) come and go with the load.
+        flat = (after["fds"] <= before["fds"] + 8 and after["containers"] <= before["containers"]
+                and after["volumes"] <= before["volumes"])
+        return 0 if flat and len(errors) == warm_errors else 1
+    # -- 8: languages, first run (compile included) and cached re-run ---------------------------
+
+    async def section_languages(self, s: Server) -> None:
+        rounds = self.args.language_rounds
+        present = (await run_cmd(["docker", "image", "inspect", POLYGLOT_IMAGE]))[0] == 0
+        r = await s.call("initialize_sandbox", {"image": POLYGLOT_IMAGE, "memory_mb": 1536, "cpus": 2}) if present else None
+        for language in LANGUAGE_PROGRAMS:
+            first = self.row(f"lang_first_{language}", "8", f"{language}: first run, compile included")
+            again = self.row(f"lang_again_{language}", "8", f"{language}: unchanged code again (cached build)")
+            if not present:
+                first.na = again.na = f"image {POLYGLOT_IMAGE} not built"
+            elif r.error:
+                first.na = again.na = f"initialize_sandbox failed: {short(r.error, 60)}"
+        if not present or r.error:
+            return
+        sid = r.sc["sandbox_id"]
+        if not s.instances:
+            await s.learn_instance(r.sc.get("container_id", ""))
+        self.log(f"section 8: languages in {POLYGLOT_IMAGE}, {rounds} rounds")
+        stamp = time.time_ns()
+        for language, template in LANGUAGE_PROGRAMS.items():
+            # Warm-up: the language's first use (detection, Go's standard library cache, a JVM's class data).
+            await s.call("execute_code", {"sandbox_id": sid, "language": language, "code": template.format(n="warm"), "timeout_s": 120})
+            for i in range(rounds):
+                code = template.format(n=f"{stamp}-{i}")
+                for row in (self.results[f"lang_first_{language}"], self.results[f"lang_again_{language}"]):
+                    # fresh: a new process each time, so interpreted languages are measured the same way
+                    reply = await s.call("execute_code", {"sandbox_id": sid, "language": language, "code": code,
+                                                          "timeout_s": 120, "fresh": True})
+                    if reply.error is None and reply.sc.get("stdout", "").strip() == f"hi {stamp}-{i}":
+                        row.samples.append(reply.elapsed_ms)
+                    else:
+                        self.problems.append(f"{language} failed: {short(reply.error or reply.sc)}")
+        await self.stop(s, sid)
 
     # -- main ------------------------------------------------------------------------------
 
@@ -748,7 +1172,7 @@ class Bench:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
                                 "src", "meson.build", "meson_options.txt", "subprojects"], cwd=REPO,
                                capture_output=True, text=True).stdout.strip()
-        plain = pooled = None
+        plain = pooled = langs = None
         sections_failed: list[str] = []
 
         async def guarded(name: str, coro) -> None:
@@ -759,33 +1183,53 @@ class Bench:
                 self.log(f"section {name} failed: {e!r}")
 
         try:
-            plain = await self.server("plain", no_pool)
-            if self.pool_supported:
-                pooled = await self.server("pool", [*max_sb, "--pool-size", "2"])
-            await guarded("1+3", self.section_throwaway_and_init(plain, pooled))
-            if pooled:
-                await pooled.close()
-            await guarded("2", self.section_live(plain))
-            await guarded("4", self.section_delay(plain))
-            await guarded("5", self.section_concurrency(plain))
-            await plain.close()
-            mem = await self.server("memory", no_pool)
-            await guarded("6", self.section_memory(mem))
-            await mem.close()
+            if a.http_only:
+                plain = await self.server("plain", no_pool)
+                await guarded("7", self.section_http(plain))
+                await plain.close()
+                raise _SkipRest
+            if not a.only_languages:
+                plain = await self.server("plain", no_pool)
+                if self.pool_supported:
+                    pooled = await self.server("pool", [*max_sb, "--pool-size", "2"])
+                await guarded("1+3", self.section_throwaway_and_init(plain, pooled))
+                if pooled:
+                    await pooled.close()
+                await guarded("2", self.section_live(plain))
+                await guarded("4", self.section_delay(plain))
+                await guarded("5", self.section_concurrency(plain))
+                await guarded("9", self.section_floods(plain))
+                await plain.close()
+                mem = await self.server("memory", no_pool)
+                await guarded("6", self.section_memory(mem))
+                await mem.close()
+                if a.http:
+                    stdio = await self.server("stdio-pair", no_pool)
+                    await guarded("7", self.section_http(stdio))
+                    await stdio.close()
+            langs = await self.server("languages", no_pool)
+            await guarded("8", self.section_languages(langs))
+            await langs.close()
+        except _SkipRest:
+            pass
         finally:
             for s in self.servers:
                 await s.close()
             cleanup = await self.leak_check()
 
-        self.apply_targets()
+        if not a.only_languages:
+            self.apply_targets()
         order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
-                 "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100"]
+                 "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100", "shutdown_100",
+                 "http_pair_stdio", "http_stateful", "http_tput", "http_idle",
+                 *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first"))]
+        order += [f"lang_{kind}_{language}" for language in LANGUAGE_PROGRAMS for kind in ("first", "again")]
         rows = [self.results[k] for k in order if k in self.results]
 
         print("# cubicle benchmark\n")
         print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`")
         print(f"- git commit at start: `{commit}`" + (" (the server's sources have uncommitted changes)" if dirty else ""))
-        print(f"- server: `{' '.join(shlex.quote(x) for x in (plain.shown_argv if plain else []))}`"
+        print(f"- server: `{' '.join(shlex.quote(x) for x in ((plain or langs).shown_argv if (plain or langs) else []))}`"
               + (f" (pool rows: `--pool-size 2` instead of 0)" if self.pool_supported else ""))
         binary_after = binary_fingerprint(REPO / "build" / "cubicle")
         if self.args.no_snapshot:
@@ -831,14 +1275,26 @@ def main() -> int:
                    help="seconds to let the warm pool refill before each pooled call (default 3)")
     p.add_argument("--no-snapshot", action="store_true",
                    help="run build/cubicle in place instead of a copy taken at start")
+    p.add_argument("--http", action="store_true", help="also run section 7: streamable HTTP against stdio")
+    p.add_argument("--http-only", action="store_true", help="run only section 7 (streamable HTTP)")
     p.add_argument("--create-parallel", type=int, default=4, help="sandboxes created at once in section 6 (default 4)")
+    p.add_argument("--soak", type=float, default=None, metavar="SECONDS",
+                   help="instead of the benchmark: mixed calls for SECONDS, then the server's RSS, fds, "
+                        "containers and volumes before and after")
+    p.add_argument("--soak-workers", type=int, default=4, help="concurrent callers in --soak (default 4)")
+    p.add_argument("--language-rounds", type=int, default=None, help=f"rounds per language in section 8 (default 5, --quick 2)")
+    p.add_argument("--only-languages", action="store_true", help=f"run section 8 only (needs {POLYGLOT_IMAGE})")
     args = p.parse_args()
     if args.rounds is None:
         args.rounds = 3 if args.quick else 20
+    if args.language_rounds is None:
+        args.language_rounds = 2 if args.quick else 5
     if args.rounds < 1:
         p.error("--rounds must be ≥ 1")
     if not (REPO / "build" / "cubicle").exists():
         p.error(f"{REPO / 'build' / 'cubicle'} not found; build it first (meson setup build && ninja -C build)")
+    if args.soak is not None:
+        return asyncio.run(Bench(args).run_soak())
     return asyncio.run(Bench(args).run())
 
 

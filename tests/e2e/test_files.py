@@ -896,7 +896,8 @@ async def test_clean_workspace(srv, own_sandbox):
     assert int(before) >= 6
     sc = await srv.ok("clean_workspace", {"sandbox_id": sid})
     assert sc == {"sandbox_id": sid, "cleaned": True}, sc
-    r = await srv.sh(sid, "ls -A /workspace; stat -c '%u %a' /workspace; pwd")
+    # The listing's own run saves its output under .cubicle (cubicle's directory of run output).
+    r = await srv.sh(sid, "ls -A -I .cubicle /workspace; stat -c '%u %a' /workspace; pwd")
     assert r["exit_code"] == 0, r
     lines = r["stdout"].splitlines()
     assert lines[:-2] == [], f"left in /workspace after clean: {lines[:-2]}"
@@ -918,7 +919,7 @@ async def test_clean_workspace_with_unreadable_dirs(srv, own_sandbox):
     sid = own_sandbox
     await sh_ok(srv, sid, "mkdir -p locked/inner && echo s > locked/inner/f && chmod 000 locked/inner && chmod 500 locked")
     await srv.ok("clean_workspace", {"sandbox_id": sid})
-    r = await srv.sh(sid, "ls -A /workspace")
+    r = await srv.sh(sid, "ls -A -I .cubicle /workspace")  # .cubicle: this command's own saved output
     assert r["exit_code"] == 0 and r["stdout"] == "", f"left after clean_workspace: {r}"
 
 
@@ -926,7 +927,7 @@ async def test_clean_workspace_keeps_state_usable_for_stateful_sessions(srv, own
     sid = own_sandbox
     await srv.ok("execute_code", {"sandbox_id": sid, "code": "x = 41"})
     await srv.ok("clean_workspace", {"sandbox_id": sid})
-    ex = await srv.ok("execute_code", {"sandbox_id": sid, "code": "import os\nprint(os.getcwd(), os.listdir('.'))"})
+    ex = await srv.ok("execute_code", {"sandbox_id": sid, "code": "import os\nprint(os.getcwd(), [f for f in os.listdir('.') if f != '.cubicle'])"})
     assert ex["exit_code"] == 0 and ex["stdout"] == "/workspace []\n", ex
 
 

@@ -30,7 +30,7 @@ def web_server():
         address = docker_inspect(name)["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
         yield address
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True)
 
 
 async def test_allowlisted_destination_is_reached_through_the_proxy(web_server):

@@ -147,6 +147,9 @@ const char* const env_vars[] = {
     "CUBICLE_TIMEOUT_S",     "CUBICLE_MAX_TIMEOUT_S", "CUBICLE_MAX_SANDBOXES",    "CUBICLE_PIDS_LIMIT",
     "CUBICLE_TMP_SIZE_MB",   "CUBICLE_ALLOW_NETWORK", "CUBICLE_MAX_OUTPUT_BYTES", "CUBICLE_LOG_LEVEL",
     "CUBICLE_POOL_SIZE",     "CUBICLE_POOL_REFILL",  "CUBICLE_POOL_IDLE_S",
+    "CUBICLE_MAX_MEMORY_MB", "CUBICLE_MAX_CPUS",     "CUBICLE_MAX_PIDS_LIMIT",   "CUBICLE_MAX_TMP_SIZE_MB",
+    "CUBICLE_DISK_MB",       "CUBICLE_FILES_LIMIT",  "CUBICLE_MAX_DISK_MB",      "CUBICLE_MAX_FILES_LIMIT",
+    "CUBICLE_DOCKER_TIMEOUT_S",
 };
 
 class ParseArgsTest : public ::testing::Test {
@@ -185,6 +188,28 @@ protected:
     std::map<std::string, std::string> saved_;
 };
 
+TEST_F(ParseArgsTest, Ceilings) {
+    auto c = parse({"--max-memory-mb", "2048", "--max-cpus", "2", "--max-pids-limit", "512", "--max-tmp-size-mb", "300",
+                    "--disk-mb", "100", "--files-limit", "1000", "--max-disk-mb", "200", "--max-files-limit", "2000"}).config;
+    EXPECT_EQ(c.memory_ceiling_mb(), 2048);
+    EXPECT_EQ(c.cpu_ceiling(), 2.0);
+    EXPECT_EQ(c.max_pids_limit, 512);
+    EXPECT_EQ(c.max_tmp_size_mb, 300);
+    EXPECT_EQ(c.disk_mb, 100);
+    EXPECT_EQ(c.files_limit, 1000);
+    EXPECT_EQ(c.max_disk_mb, 200);
+    EXPECT_EQ(c.max_files_limit, 2000);
+    // A default over its ceiling raises the ceiling; unset ceilings are a share of this machine.
+    auto raised = parse({"--memory-mb", "4096", "--max-memory-mb", "1024", "--disk-mb", "300", "--max-disk-mb", "200"}).config;
+    EXPECT_EQ(raised.memory_ceiling_mb(), 4096);
+    EXPECT_EQ(raised.max_disk_mb, 300);
+    auto host = parse({}).config;
+    EXPECT_GE(host.memory_ceiling_mb(), 512);
+    EXPECT_GE(host.cpu_ceiling(), 1.0);
+    EXPECT_NE(error_of({"--max-cpus", "0"}), "<no error>");
+    EXPECT_EQ(parse({"--disk-mb", "0"}).config.disk_mb, 0);  // no quota
+}
+
 TEST_F(ParseArgsTest, Defaults) {
     auto parsed = parse({});
     const Config defaults;
@@ -199,7 +224,8 @@ TEST_F(ParseArgsTest, Defaults) {
     EXPECT_EQ(parsed.config.max_sandboxes, 32);
     EXPECT_EQ(parsed.config.pids_limit, 256);
     EXPECT_EQ(parsed.config.tmp_size_mb, 256);
-    EXPECT_EQ(parsed.config.max_output_bytes, 1u << 20);
+    EXPECT_EQ(parsed.config.max_output_bytes, 64u << 20);
+    EXPECT_EQ(parsed.config.result_budget, 16u << 10);
     EXPECT_FALSE(parsed.config.allow_network);
     EXPECT_EQ(parsed.config.pool_size, defaults.pool_size);
     EXPECT_EQ(parsed.config.pool_refill, defaults.pool_refill);
@@ -268,7 +294,8 @@ TEST_F(ParseArgsTest, FlagsBeatEnvironment) {
 
 TEST_F(ParseArgsTest, BadEnvironmentValueIsAnError) {
     ::setenv("CUBICLE_MEMORY_MB", "lots", 1);
-    EXPECT_NE(error_of({}).find("--memory-mb"), std::string::npos);
+    // Reported under the name the user set, not the flag's.
+    EXPECT_NE(error_of({}).find("CUBICLE_MEMORY_MB must be a number"), std::string::npos);
 }
 
 TEST_F(ParseArgsTest, AllowNetworkSwitch) {
@@ -353,9 +380,18 @@ TEST_F(ParseArgsTest, TimeoutRaisesMaxTimeout) {
     EXPECT_GE(c.max_timeout_s, 500);
 }
 
+TEST_F(ParseArgsTest, DockerTimeout) {
+    EXPECT_EQ(parse({}).config.docker_timeout_s, 30);
+    EXPECT_EQ(parse({"--docker-timeout-s", "2"}).config.docker_timeout_s, 2);
+    ::setenv("CUBICLE_DOCKER_TIMEOUT_S", "7", 1);
+    EXPECT_EQ(parse({}).config.docker_timeout_s, 7);
+    EXPECT_THROW(parse({"--docker-timeout-s", "0"}), std::invalid_argument);
+    EXPECT_THROW(parse({"--docker-timeout-s", "soon"}), std::invalid_argument);
+}
+
 TEST(Usage, MentionsEveryFlagAndVariable) {
     std::string text = usage();
-    for (const char* flag : {"--default-image", "--docker-host", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
+    for (const char* flag : {"--default-image", "--docker-host", "--docker-timeout-s", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
                              "--max-sandboxes", "--pids-limit", "--tmp-size-mb", "--max-output-bytes", "--allow-network",
                              "--pool-size", "--pool-refill", "--pool-idle-s",
                              "--log-level", "--help", "--version", "-h", "-V"}) {

@@ -195,8 +195,8 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
         EXPECT_TRUE(tool["annotations"].is_object());
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
-                                               "stop_sandbox", "write_file", "read_file", "list_files",
-                                               "upload_file", "download_file", "clean_workspace", "install_package"}));
+                                               "stop_sandbox", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "list_files",
+                                               "upload_file", "download_file", "clean_workspace", "install_package", "list_languages"}));
 }
 
 } // namespace

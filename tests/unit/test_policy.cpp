@@ -1,10 +1,12 @@
 // The sandbox security policy (container_config) and the language table.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <cstdlib>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <set>
@@ -162,6 +164,30 @@ TEST_F(PolicyTest, ResourceLimits) {
     EXPECT_NE(tmp.find("nosuid"), std::string::npos) << tmp;
 }
 
+TEST_F(PolicyTest, WorkspaceQuotaIsACappedTmpfsChargedToMemory) {
+    auto s = spec();
+    s.memory_mb = 512;
+    s.disk_mb = 1024;
+    s.files_limit = 100000;
+    auto host = config_for(s)["HostConfig"];
+    EXPECT_EQ(i64(host["Memory"]), (512 + 1024) * mib);
+    EXPECT_EQ(i64(host["MemorySwap"]), (512 + 1024) * mib);
+    simdjson::dom::array mounts;
+    ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
+    bool found = false;
+    for (auto m : mounts) {
+        if (str(m["Target"]) != workspace_dir) continue;
+        found = true;
+        auto driver = m["VolumeOptions"]["DriverConfig"];
+        EXPECT_EQ(str(driver["Name"]), "local");
+        EXPECT_EQ(str(driver["Options"]["type"]), "tmpfs");
+        std::string o = str(driver["Options"]["o"]);
+        EXPECT_NE(o.find("size=1024m,nr_inodes=100000,uid=1000,gid=1000"), std::string::npos) << o;
+        EXPECT_NE(o.find("nosuid"), std::string::npos) << o;
+    }
+    EXPECT_TRUE(found);
+}
+
 TEST_F(PolicyTest, LargeMemoryDoesNotOverflow) {
     auto s = spec();
     s.memory_mb = 1 << 20;  // the largest --memory-mb: 1 TiB
@@ -217,7 +243,7 @@ TEST_F(PolicyTest, UnprivilegedUserAndAgentEntrypoint) {
     auto root = config_for(spec());
     EXPECT_EQ(str(root["User"]), "1000:1000");
     EXPECT_EQ(str(root["WorkingDir"]), "/workspace");
-    EXPECT_EQ(string_array(root["Entrypoint"].value()), std::vector<std::string>{agent_path});
+    EXPECT_EQ(string_array(root["Entrypoint"].value()), (std::vector<std::string>{agent_path, agent_sandbox_flag}));
     EXPECT_EQ(str(root["Image"]), "cubicle/sandbox:latest");
     EXPECT_FALSE(boolean(root["Tty"]));
     EXPECT_TRUE(boolean(root["OpenStdin"]));
@@ -272,20 +298,68 @@ TEST_F(PolicyTest, HostileValuesStayInsideTheirStrings) {
 // ================================================================ languages
 
 TEST(Languages, CanonicalNamesAndAliases) {
-    EXPECT_EQ(canonical_language("python"), "python");
-    EXPECT_EQ(canonical_language("python3"), "python");
-    EXPECT_EQ(canonical_language("py"), "python");
-    EXPECT_EQ(canonical_language("javascript"), "javascript");
-    EXPECT_EQ(canonical_language("node"), "javascript");
-    EXPECT_EQ(canonical_language("js"), "javascript");
-    EXPECT_EQ(canonical_language("bash"), "bash");
-    EXPECT_EQ(canonical_language("sh"), "bash");
-    EXPECT_EQ(canonical_language("shell"), "bash");
+    auto name = [](std::string_view alias) { return find_language(alias) ? find_language(alias)->name : "?"; };
+    for (const char* alias : {"python", "python3", "py", "PY", "Python"}) EXPECT_EQ(name(alias), "python") << alias;
+    for (const char* alias : {"javascript", "node", "js"}) EXPECT_EQ(name(alias), "javascript") << alias;
+    for (const char* alias : {"bash", "sh", "shell"}) EXPECT_EQ(name(alias), "bash") << alias;
+    for (const char* alias : {"typescript", "ts"}) EXPECT_EQ(name(alias), "typescript") << alias;
+    for (const char* alias : {"r", "R", "rscript"}) EXPECT_EQ(name(alias), "r") << alias;
+    for (const char* alias : {"ruby", "rb"}) EXPECT_EQ(name(alias), "ruby") << alias;
+    for (const char* alias : {"go", "golang"}) EXPECT_EQ(name(alias), "go") << alias;
+    for (const char* alias : {"c", "C"}) EXPECT_EQ(name(alias), "c") << alias;
+    for (const char* alias : {"cpp", "c++", "C++", "cxx"}) EXPECT_EQ(name(alias), "cpp") << alias;
+    for (const char* alias : {"java", "Java"}) EXPECT_EQ(name(alias), "java") << alias;
+    for (const char* alias : {"rust", "rs"}) EXPECT_EQ(name(alias), "rust") << alias;
 }
 
 TEST(Languages, Unknown) {
-    for (const char* name : {"", "ruby", "Python", "PY", "python2", " python", "c++", "typescript"}) {
-        EXPECT_EQ(canonical_language(name), std::nullopt) << name;
+    for (const char* name : {"", "python2", " python", "cobol", "c#", "kotlin"}) {
+        EXPECT_EQ(find_language(name), nullptr) << name;
+    }
+}
+
+TEST(Languages, NamesAreUnique) {
+    auto names = language_names();
+    std::set<std::string_view> unique(names.begin(), names.end());
+    EXPECT_EQ(unique.size(), names.size());
+    EXPECT_EQ(languages().size(), 11u);
+}
+
+TEST(Languages, CompiledBuildsAreKeptByContent) {
+    auto a = build_for(*find_language("c"), "int main(){return 0;}", "/workspace");
+    auto b = build_for(*find_language("c"), "int main(){return 0;}", "/workspace");
+    auto c = build_for(*find_language("c"), "int main(){return 1;}", "/workspace");
+    auto cpp = build_for(*find_language("cpp"), "int main(){return 0;}", "/workspace");
+    EXPECT_EQ(a.dir, b.dir);
+    EXPECT_NE(a.dir, c.dir);
+    EXPECT_NE(a.dir, cpp.dir);
+    EXPECT_TRUE(a.dir.starts_with("/workspace/.cubicle/build/c-")) << a.dir;
+    EXPECT_EQ(a.prepare.stdin_data, "int main(){return 0;}");  // the source travels on stdin, never in argv
+    EXPECT_EQ(a.prepare.argv.back(), a.dir);
+    EXPECT_EQ(a.run.argv, (std::vector<std::string>{"/bin/sh", "-c", "exec \"" + a.dir + "/prog\""}));
+}
+
+TEST(Languages, JavaIsNamedAfterItsPublicClass) {
+    auto named = build_for(*find_language("java"), "class Util {}\npublic class Hello { public static void main(String[] a) {} }", "/w");
+    EXPECT_NE(named.prepare.argv[2].find("Hello.java"), std::string::npos);
+    EXPECT_TRUE(named.run.argv[2].ends_with(" Hello")) << named.run.argv[2];
+    auto plain = build_for(*find_language("java"), "class Prog { public static void main(String[] a) {} }", "/w");
+    EXPECT_TRUE(plain.run.argv[2].ends_with(" Prog")) << plain.run.argv[2];
+    auto none = build_for(*find_language("java"), "interface X {}", "/w");
+    EXPECT_TRUE(none.run.argv[2].ends_with(" Main")) << none.run.argv[2];
+}
+
+TEST(Languages, VersionNumbers) {
+    EXPECT_EQ(version_number("go version go1.19.8 linux/amd64"), "1.19.8");
+    EXPECT_EQ(version_number("openjdk version \"17.0.13\" 2024-10-15"), "17.0.13");
+    EXPECT_EQ(version_number("v20.20.2"), "20.20.2");
+    EXPECT_EQ(version_number("something"), "something");
+}
+
+TEST(Languages, ProbeMentionsEveryLanguage) {
+    auto script = language_probe_script();
+    for (const auto& language : languages()) {
+        EXPECT_NE(script.find(fmt::format("command -v {} ", language.program)), std::string::npos) << language.name;
     }
 }
 
@@ -297,21 +371,21 @@ TEST(Languages, ListMentionsEveryAlias) {
 }
 
 TEST(Languages, PythonReadsCodeFromStdin) {
-    auto r = program_for("python", "print('hi')\n");
+    auto r = program_for(*find_language("python"), "print('hi')\n");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "-u", "-"}));
     EXPECT_EQ(r.stdin_data, "print('hi')\n");
     EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, JavascriptReadsCodeFromStdin) {
-    auto r = program_for("javascript", "console.log(1)");
+    auto r = program_for(*find_language("javascript"), "console.log(1)");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"node", "-"}));
     EXPECT_EQ(r.stdin_data, "console.log(1)");
     EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
 }
 
 TEST(Languages, SmallBashIsAnArgument) {
-    auto r = program_for("bash", "read x; echo $x");
+    auto r = program_for(*find_language("bash"), "read x; echo $x");
     EXPECT_EQ(r.argv, (std::vector<std::string>{"bash", "-c", "read x; echo $x"}));
     EXPECT_EQ(r.stdin_data, "");  // stdin stays free for the script
     EXPECT_TRUE(r.cwd.empty());  // the sandbox runs it in its workspace
@@ -320,7 +394,7 @@ TEST(Languages, SmallBashIsAnArgument) {
 TEST(Languages, LargeBashGoesThroughAFile) {
     std::string code(150 * 1024, '#');
     code.front() = 'e';
-    auto r = program_for("bash", code);
+    auto r = program_for(*find_language("bash"), code);
     ASSERT_EQ(r.argv.size(), 3u);
     EXPECT_EQ(r.argv[0], "bash");
     EXPECT_EQ(r.argv[1], "-c");
@@ -332,15 +406,18 @@ TEST(Languages, LargeBashGoesThroughAFile) {
 
 TEST(Languages, BashSizeThreshold) {
     std::string at_limit(100 * 1024, 'x');
-    EXPECT_EQ(program_for("bash", at_limit).argv[2], at_limit);
+    EXPECT_EQ(program_for(*find_language("bash"), at_limit).argv[2], at_limit);
     std::string over(100 * 1024 + 1, 'x');
-    EXPECT_EQ(program_for("bash", over).stdin_data, over);
+    EXPECT_EQ(program_for(*find_language("bash"), over).stdin_data, over);
 }
 
 TEST(Languages, Interpreters) {
     EXPECT_TRUE(has_interpreter("python"));
     EXPECT_TRUE(has_interpreter("javascript"));
     EXPECT_FALSE(has_interpreter("bash"));
+    EXPECT_TRUE(has_interpreter("r"));
+    EXPECT_TRUE(has_interpreter("ruby"));
+    EXPECT_FALSE(has_interpreter("go"));
     EXPECT_FALSE(has_interpreter("py"));  // canonical names only
 
     auto py = interpreter_for("python");
@@ -370,6 +447,8 @@ TEST(Languages, EncodeCell) {
     EXPECT_EQ(cell.substr(0, 5), std::string("\0\x01\x02\x03\x01", 5));
     EXPECT_EQ(cell.substr(5), big);
     EXPECT_EQ(encode_cell("é", false), std::string("\0\0\0\x02\0", 5) + "é");  // length in bytes
+    // Flag 2: a u16 length and the directory for the cell's figures come first.
+    EXPECT_EQ(encode_cell("x", false, "/w/d"), std::string("\0\0\0\x01\x02\0\x04/w/dx", 12));
 }
 
 // Runs the Python interpreter driver on the host (when python3 exists) with
@@ -398,13 +477,13 @@ TEST(Languages, PythonDriverRunsCellsInOneNamespace) {
     std::string command = "cd '" + dir + "' && python3 -u driver.py <cells >out 2>err 3>control";
     int rc = std::system(command.c_str());
     EXPECT_EQ(rc, 0) << read(dir + "/err");
-    EXPECT_EQ(read(dir + "/control"), "0\n0\n0\n1\n3\n0\n1\n");
+    EXPECT_EQ(read(dir + "/control"), "0 0\n0 0\n0 0\n1 0\n3 0\n0 0\n1 0\n");  // status, figures saved
     EXPECT_EQ(read(dir + "/out"), "hi\n42\n40 é\n");
     std::string err = read(dir + "/err");
     EXPECT_NE(err.find("ZeroDivisionError"), std::string::npos) << err;
     EXPECT_NE(err.find("EOFError"), std::string::npos) << err;  // user code does not read the cell stream
     EXPECT_EQ(err.find("driver.py"), std::string::npos) << err;  // tracebacks start at the user's code
-    std::system(("rm -rf '" + dir + "'").c_str());
+    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
 TEST(Languages, ShellCommand) {

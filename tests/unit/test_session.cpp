@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -25,6 +26,7 @@
 
 #include "common/errors.hpp"
 #include "common/json.hpp"
+#include "common/log.hpp"
 #include "mcp/session.hpp"
 #include "mcp/tool.hpp"
 
@@ -211,7 +213,7 @@ protected:
             m.text = raw_[parsed_.size()];
             m.doc = std::make_unique<json::Document>();
             auto error = m.doc->parse(m.text);
-            EXPECT_FALSE(error) << m.text;
+            EXPECT_FALSE(error) << *error << ": " << m.text;
             parsed_.push_back(std::move(m));
         }
         return parsed_;
@@ -222,6 +224,13 @@ protected:
             if (m.is_response() && m.id() == id_json) return &m;
         }
         return nullptr;
+    }
+
+    std::size_t index_of(const Message* message) {
+        for (std::size_t i = 0; i < messages().size(); ++i) {
+            if (&messages()[i] == message) return i;
+        }
+        return messages().size();
     }
 
     std::size_t count_responses(const std::string& id_json) {
@@ -344,37 +353,200 @@ TEST_F(SessionTest, Ping) {
     EXPECT_EQ(s.text, R"({"jsonrpc":"2.0","id":"p","result":{}})");
 }
 
-TEST_F(SessionTest, ServerDiscoverListsSupportedVersions) {
-    const auto& m = call("1", "server/discover");
-    simdjson::dom::array versions;
-    ASSERT_EQ(m.result()["supportedVersions"].get(versions), simdjson::SUCCESS) << m.text;
-    std::vector<std::string> got;
-    for (auto v : versions) got.emplace_back(std::string_view(v));
-    for (std::string expected : {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}) {
-        EXPECT_NE(std::find(got.begin(), got.end(), expected), got.end()) << expected;
-    }
-    EXPECT_EQ(got, supported_versions());
-    EXPECT_EQ(str(m.result()["serverInfo"]["name"]), "cubicle-test");
+// ---------------------------------------------------------------- 2026-07-28: stateless requests
+
+// The per-request envelope of the stateless revision, with extra _meta members.
+std::string modern_meta(const std::string& extra = "") {
+    std::string meta = R"({"io.modelcontextprotocol/protocolVersion":"2026-07-28",)"
+                       R"("io.modelcontextprotocol/clientCapabilities":{},)"
+                       R"("io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"})";
+    if (!extra.empty()) meta += "," + extra;
+    return meta + "}";
+}
+std::string modern_params(const std::string& members = "", const std::string& meta_extra = "") {
+    return "{" + (members.empty() ? "" : members + ",") + R"("_meta":)" + modern_meta(meta_extra) + "}";
 }
 
-TEST_F(SessionTest, StatelessRequestsGetResultType) {
-    const std::string meta = R"({"io.modelcontextprotocol/protocolVersion":"2026-07-28"})";
-    const auto& ping = call("1", "ping", R"({"_meta":)" + meta + "}");
-    EXPECT_EQ(str(ping.result()["resultType"]), "complete") << ping.text;
+std::vector<std::string> strings(simdjson::simdjson_result<simdjson::dom::element> e) {
+    simdjson::dom::array array;
+    EXPECT_EQ(e.get(array), simdjson::SUCCESS);
+    std::vector<std::string> out;
+    for (auto v : array) out.emplace_back(std::string_view(v));
+    return out;
+}
 
-    const auto& list = call("2", "tools/list", R"({"_meta":)" + meta + "}");
-    EXPECT_EQ(str(list.result()["resultType"]), "complete") << list.text;
-    EXPECT_TRUE(list.result()["tools"].is_array());
+bool missing(simdjson::simdjson_result<simdjson::dom::element> e) { return e.error() == simdjson::NO_SUCH_FIELD; }
 
-    const auto& tool = call_tool("3", "echo", R"({"x":1})", meta);
-    EXPECT_EQ(str(tool.result()["resultType"]), "complete") << tool.text;
-    EXPECT_TRUE(tool.result()["structuredContent"].is_object());
+// Every 2026-07-28 result: resultType and the server's identity in _meta.
+void expect_stateless_result(const Message& m) {
+    auto r = m.result();
+    EXPECT_EQ(str(r["resultType"]), "complete") << m.text;
+    EXPECT_EQ(str(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"]), "cubicle-test") << m.text;
+    EXPECT_EQ(str(r["_meta"]["io.modelcontextprotocol/serverInfo"]["version"]), "9.8.7") << m.text;
+}
 
-    // Without the stateless revision: no resultType.
-    const auto& plain = call("4", "ping");
-    EXPECT_TRUE(plain.result()["resultType"].error() == simdjson::NO_SUCH_FIELD) << plain.text;
-    const auto& other = call("5", "ping", R"({"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}})");
-    EXPECT_TRUE(other.result()["resultType"].error() == simdjson::NO_SUCH_FIELD) << other.text;
+void expect_cache_hints(const Message& m) {
+    std::int64_t ttl = -1;
+    EXPECT_EQ(m.result()["ttlMs"].get(ttl), simdjson::SUCCESS) << m.text;
+    EXPECT_GE(ttl, 0);
+    EXPECT_EQ(str(m.result()["cacheScope"]), "public") << m.text;
+}
+
+TEST_F(SessionTest, ServerDiscover) {
+    const auto& m = call("1", "server/discover", modern_params());
+    expect_stateless_result(m);
+    expect_cache_hints(m);
+    auto versions = strings(m.result()["supportedVersions"]);
+    EXPECT_EQ(versions, supported_versions());
+    EXPECT_EQ(versions.front(), "2026-07-28");
+    EXPECT_TRUE(m.result()["capabilities"]["tools"].is_object()) << m.text;
+    EXPECT_TRUE(m.result()["capabilities"]["logging"].is_object()) << m.text;
+    EXPECT_EQ(str(m.result()["instructions"]), "Use the tools.");
+    // The identity lives in _meta in this revision, not beside the result's fields.
+    EXPECT_TRUE(missing(m.result()["serverInfo"])) << m.text;
+}
+
+TEST_F(SessionTest, ServerDiscoverNeedsTheEnvelope) {
+    expect_error(call("1", "server/discover"), "1", error_code::invalid_params);
+    expect_error(call("2", "server/discover", "{}"), "2", error_code::invalid_params);
+}
+
+TEST_F(SessionTest, StatelessToolsListIsCacheable) {
+    const auto& m = call("1", "tools/list", modern_params());
+    expect_stateless_result(m);
+    expect_cache_hints(m);
+    // The same tools as in the handshake era.
+    json::Document legacy;
+    ASSERT_FALSE(legacy.parse(session_->tools_json()));
+    EXPECT_EQ(json::to_string(m.result()["tools"].value()), json::to_string(legacy.root()["tools"].value()));
+}
+
+TEST_F(SessionTest, StatelessToolCallResult) {
+    const auto& m = call("1", "tools/call", modern_params(R"("name":"echo","arguments":{"x":1})"));
+    expect_stateless_result(m);
+    EXPECT_TRUE(missing(m.result()["ttlMs"])) << m.text;  // not a cacheable result
+    EXPECT_TRUE(m.result()["structuredContent"].is_object()) << m.text;
+    EXPECT_FALSE(boolean(m.result()["isError"]));
+    const auto& e = call("2", "tools/call", modern_params(R"("name":"fail")"));
+    expect_stateless_result(e);
+    EXPECT_TRUE(boolean(e.result()["isError"]));
+}
+
+TEST_F(SessionTest, HandshakeResultsCarryNoStatelessFields) {
+    call("1", "initialize", R"({"protocolVersion":"2025-11-25","capabilities":{}})");
+    for (const auto* m : {&call("2", "tools/list"), &call("3", "ping"), &call_tool("4", "echo", "{}")}) {
+        for (const char* field : {"resultType", "ttlMs", "cacheScope", "_meta"}) {
+            EXPECT_TRUE(missing(m->result()[field])) << field << " in " << m->text;
+        }
+    }
+}
+
+TEST_F(SessionTest, UnsupportedProtocolVersion) {
+    int id = 1;
+    for (std::string version : {"2027-01-01", "2025-11-25", ""}) {
+        std::string id_json = std::to_string(id++);
+        std::string params = R"({"_meta":{"io.modelcontextprotocol/protocolVersion":")" + version +
+                             R"(","io.modelcontextprotocol/clientCapabilities":{}}})";
+        const auto& m = call(id_json, "tools/list", params);
+        expect_error(m, id_json, error_code::unsupported_protocol_version);
+        EXPECT_EQ(strings(m.root()["error"]["data"]["supported"]), supported_versions()) << m.text;
+        EXPECT_EQ(str(m.root()["error"]["data"]["requested"]), version) << m.text;
+    }
+}
+
+TEST_F(SessionTest, MalformedEnvelopeIsInvalidParams) {
+    const std::string version = R"("io.modelcontextprotocol/protocolVersion":"2026-07-28")";
+    expect_error(call("1", "tools/list", R"({"_meta":{)" + version + "}}"), "1", error_code::invalid_params);
+    expect_error(call("2", "tools/list", R"({"_meta":{)" + version + R"(,"io.modelcontextprotocol/clientCapabilities":[]}})"),
+                 "2", error_code::invalid_params);
+    expect_error(call("3", "tools/list",
+                      R"({"_meta":{"io.modelcontextprotocol/protocolVersion":20260728,"io.modelcontextprotocol/clientCapabilities":{}}})"),
+                 "3", error_code::invalid_params);
+    expect_error(call("4", "tools/call", modern_params(R"("name":"echo")", R"("io.modelcontextprotocol/logLevel":"loud")")),
+                 "4", error_code::invalid_params);
+    expect_error(call("5", "tools/call", modern_params(R"("name":"echo")", R"("io.modelcontextprotocol/logLevel":3)")),
+                 "5", error_code::invalid_params);
+    EXPECT_TRUE(tool_log.last_arguments.empty());  // the tool never ran
+}
+
+TEST_F(SessionTest, MethodsRemovedIn20260728) {
+    expect_error(call("1", "ping", modern_params()), "1", error_code::method_not_found);
+    const auto& set = call("2", "logging/setLevel", modern_params(R"("level":"debug")"));
+    expect_error(set, "2", error_code::method_not_found);
+    EXPECT_NE(set.error_message().find("io.modelcontextprotocol/logLevel"), std::string::npos) << set.text;
+    expect_error(call("3", "resources/list", modern_params()), "3", error_code::method_not_found);
+}
+
+TEST_F(SessionTest, InitializeIsTheHandshakeEvenWithAnEnvelope) {
+    const auto& m = call("1", "initialize", modern_params(R"("protocolVersion":"2025-06-18","capabilities":{})"));
+    EXPECT_EQ(str(m.result()["protocolVersion"]), "2025-06-18") << m.text;
+    EXPECT_TRUE(missing(m.result()["resultType"])) << m.text;
+}
+
+// Log lines of a stateless request go to the client only at or above the level its _meta names.
+TEST_F(SessionTest, PerRequestLogLevel) {
+    call("1", "tools/call", modern_params(R"("name":"crash")"));
+    EXPECT_TRUE(notifications("notifications/message").empty());
+
+    call("2", "tools/call", modern_params(R"("name":"crash")", R"("io.modelcontextprotocol/logLevel":"critical")"));
+    EXPECT_TRUE(notifications("notifications/message").empty());
+
+    const auto& m = call("3", "tools/call", modern_params(R"("name":"crash")", R"("io.modelcontextprotocol/logLevel":"error")"));
+    expect_error(m, "3", error_code::internal_error);
+    auto logs = notifications("notifications/message");
+    ASSERT_EQ(logs.size(), 1u);
+    EXPECT_EQ(str(logs[0]->root()["params"]["level"]), "error");
+    EXPECT_NE(str(logs[0]->root()["params"]["data"]).find("boom"), std::string::npos) << logs[0]->text;
+    EXPECT_LT(index_of(logs[0]), index_of(&m));  // before the response
+
+    call("4", "tools/call", modern_params(R"("name":"echo")", R"("io.modelcontextprotocol/logLevel":"debug")"));
+    logs = notifications("notifications/message");
+    ASSERT_EQ(logs.size(), 3u);  // started, done
+    EXPECT_EQ(str(logs[1]->root()["params"]["level"]), "debug");
+}
+
+TEST_F(SessionTest, SubscriptionIsAcknowledgedAndEndsOnCancel) {
+    send(R"({"jsonrpc":"2.0","id":"sub","method":"subscriptions/listen","params":)" +
+         modern_params(R"("notifications":{"toolsListChanged":true})") + "}");
+    drain();
+    auto acks = notifications("notifications/subscriptions/acknowledged");
+    ASSERT_EQ(acks.size(), 1u);
+    EXPECT_EQ(str(acks[0]->root()["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]), "sub");
+    EXPECT_EQ(json::to_string(acks[0]->root()["params"]["notifications"].value()), "{}");  // nothing ever changes
+    EXPECT_EQ(session_->in_flight(), 1u);
+    send(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"sub"}})");
+    ASSERT_TRUE(run_until([this] { return session_->in_flight() == 0; }, 3s));
+    drain();
+    EXPECT_EQ(count_responses("\"sub\""), 0u);
+}
+
+TEST_F(SessionTest, SubscriptionClosesGracefullyOnShutdown) {
+    send(R"({"jsonrpc":"2.0","id":4,"method":"subscriptions/listen","params":)" + modern_params(R"("notifications":{})") + "}");
+    drain();
+    bool done = false;
+    auto shutdown = [](Session* session, bool* flag) -> asio::awaitable<void> {
+        co_await session->shutdown();
+        *flag = true;
+    };
+    asio::co_spawn(io_, shutdown(session_.get(), &done), asio::detached);
+    ASSERT_TRUE(run_until([&] { return done; }, 3s));
+    const auto* m = response("4");
+    ASSERT_NE(m, nullptr);
+    expect_stateless_result(*m);
+    std::int64_t subscription = 0;
+    EXPECT_EQ(m->result()["_meta"]["io.modelcontextprotocol/subscriptionId"].get(subscription), simdjson::SUCCESS) << m->text;
+    EXPECT_EQ(subscription, 4);
+}
+
+TEST_F(SessionTest, SubscriptionNeedsAFilterAndTheStatelessRevision) {
+    expect_error(call("1", "subscriptions/listen", modern_params()), "1", error_code::invalid_params);
+    expect_error(call("2", "subscriptions/listen", R"({"notifications":{}})"), "2", error_code::method_not_found);
+}
+
+TEST_F(SessionTest, HandshakeLogLevelDoesNotReachStatelessRequests) {
+    call("1", "logging/setLevel", R"({"level":"debug"})");
+    call("2", "tools/call", modern_params(R"("name":"crash")"));
+    EXPECT_TRUE(notifications("notifications/message").empty());
 }
 
 // ---------------------------------------------------------------- protocol errors
@@ -389,11 +561,33 @@ TEST_F(SessionTest, ParseErrorHasNullId) {
     }
 }
 
-TEST_F(SessionTest, BatchIsInvalidRequest) {
-    send(R"([{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}])");
+TEST_F(SessionTest, BatchOutside20250326IsInvalidRequest) {
+    const std::string batch = R"([{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}])";
+    send(batch);  // before initialize
+    call("3", "initialize", R"({"protocolVersion":"2025-06-18","capabilities":{}})");
+    send(batch);
     drain();
-    ASSERT_EQ(messages().size(), 1u);
+    ASSERT_EQ(messages().size(), 3u);
     expect_error(messages()[0], "null", error_code::invalid_request);
+    expect_error(messages()[2], "null", error_code::invalid_request);
+}
+
+// A number no 64-bit integer or double holds is no reason to leave a request unanswered.
+TEST_F(SessionTest, NumberOutOfRangeIsAnsweredUnderItsId) {
+    send(R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"n":1e400}}})");
+    send(R"({"jsonrpc":"2.0","method":"tools/call","id":"big","params":{"name":"echo","arguments":{"n":123456789012345678901234567890}}})");
+    send(R"({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"n":[-18446744073709551617]}}})");
+    // Not readable: the id itself out of range, or a number that is no number at all.
+    send(R"({"jsonrpc":"2.0","id":1e400,"method":"ping"})");
+    send(R"({"jsonrpc":"2.0","id":10,"method":"ping","params":{"n":01}})");
+    send(R"({"jsonrpc":"2.0","id":11,"method":"ping","params":{"n":1.}})");
+    drain();
+    ASSERT_EQ(messages().size(), 6u);
+    expect_error(messages()[0], "7", error_code::invalid_params);
+    expect_error(messages()[1], "\"big\"", error_code::invalid_params);
+    expect_error(messages()[2], "9", error_code::invalid_params);
+    for (std::size_t i = 3; i < 6; ++i) expect_error(messages()[i], "null", error_code::parse_error);
+    EXPECT_TRUE(tool_log.last_arguments.empty());
 }
 
 TEST_F(SessionTest, NonObjectMessageIsInvalidRequest) {
@@ -739,9 +933,126 @@ TEST_F(SessionTest, LogMessagesForwardedAfterSetLevel) {
     call("2", "logging/setLevel", R"({"level":"error"})");
     call_tool("3", "crash", "{}");
     auto logs = notifications("notifications/message");
-    ASSERT_FALSE(logs.empty());
+    ASSERT_EQ(logs.size(), 1u);
     EXPECT_EQ(str(logs[0]->root()["params"]["level"]), "error");
     EXPECT_NE(str(logs[0]->root()["params"]["data"]).find("boom"), std::string::npos) << logs[0]->text;
+}
+
+// Each of the eight syslog levels is its own threshold: after critical, an error is not sent.
+TEST_F(SessionTest, SetLevelThresholdIsExact) {
+    const std::vector<std::string> levels = {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"};
+    int id = 1;
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+        call(std::to_string(id++), "logging/setLevel", R"({"level":")" + levels[i] + "\"}");
+        auto before = notifications("notifications/message").size();
+        call_tool(std::to_string(id++), "crash", "{}");  // a debug line, then an error line
+        auto logs = notifications("notifications/message");
+        std::vector<std::string> sent;
+        for (auto k = before; k < logs.size(); ++k) sent.push_back(str(logs[k]->root()["params"]["level"]));
+        std::vector<std::string> expected;
+        if (i == 0) expected.push_back("debug");
+        if (i <= 4) expected.push_back("error");
+        EXPECT_EQ(sent, expected) << "after logging/setLevel " << levels[i];
+    }
+}
+
+TEST(LogLevels, NamesRoundTrip) {
+    const std::vector<std::string> levels = {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"};
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+        auto level = log::parse_level(levels[i]);
+        ASSERT_TRUE(level) << levels[i];
+        EXPECT_EQ(static_cast<std::size_t>(*level), i);
+        EXPECT_EQ(log::level_name(*level), levels[i]);
+    }
+    EXPECT_FALSE(log::parse_level("fatal"));
+    EXPECT_FALSE(log::parse_level("ERROR"));
+}
+
+// ---------------------------------------------------------------- pagination
+
+TEST_F(SessionTest, UnknownCursorIsInvalidParams) {
+    expect_error(call("1", "tools/list", R"({"cursor":"abc"})"), "1", error_code::invalid_params);
+    expect_error(call("2", "tools/list", R"({"cursor":7})"), "2", error_code::invalid_params);
+    expect_error(call("3", "tools/list", modern_params(R"("cursor":"abc")")), "3", error_code::invalid_params);
+    EXPECT_TRUE(call("4", "tools/list", "{}").result()["tools"].is_array());
+}
+
+// ---------------------------------------------------------------- 2025-03-26 batches
+
+class BatchTest : public SessionTest {
+protected:
+    void SetUp() override {
+        SessionTest::SetUp();
+        call("0", "initialize", R"({"protocolVersion":"2025-03-26","capabilities":{}})");
+        raw_.clear();
+        parsed_.clear();
+    }
+
+    // The single array message sent, with its responses by id.
+    std::map<std::string, std::string> batch_responses() {
+        std::map<std::string, std::string> out;
+        std::size_t arrays = 0;
+        for (const auto& m : messages()) {
+            simdjson::dom::array array;
+            if (m.root().get(array) != simdjson::SUCCESS) continue;
+            ++arrays;
+            for (auto response : array) out[json::to_string(response["id"].value())] = json::to_string(response);
+        }
+        EXPECT_EQ(arrays, 1u);
+        return out;
+    }
+};
+
+TEST_F(BatchTest, RequestsAndNotificationsAnsweredInOneArray) {
+    send(R"([{"jsonrpc":"2.0","id":1,"method":"ping"},)"
+         R"({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}},)"
+         R"({"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"wait","arguments":{"ms":100}}},)"
+         R"({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"k":3}}}])");
+    drain();
+    EXPECT_TRUE(messages().empty());  // the slow call is still running: the batch waits for it
+    ASSERT_TRUE(run_until([this] { return !messages().empty(); }));
+    auto responses = batch_responses();
+    ASSERT_EQ(responses.size(), 3u);
+    EXPECT_EQ(responses["1"], R"({"jsonrpc":"2.0","id":1,"result":{}})");
+    EXPECT_NE(responses["\"slow\""].find(R"("waited":true)"), std::string::npos);
+    EXPECT_NE(responses["3"].find(R"("k":3)"), std::string::npos);
+}
+
+TEST_F(BatchTest, ErrorsTakeTheirPlaceInTheArray) {
+    send(R"([42,{"jsonrpc":"2.0","id":1,"method":"nope"},{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-03-26"}},)"
+         R"({"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}])");
+    drain();
+    auto responses = batch_responses();
+    ASSERT_EQ(responses.size(), 4u);
+    EXPECT_NE(responses["null"].find("-32600"), std::string::npos);
+    EXPECT_NE(responses["1"].find("-32601"), std::string::npos);
+    EXPECT_NE(responses["2"].find("-32600"), std::string::npos);  // initialize is never batched
+    EXPECT_NE(responses["4"].find("-32600"), std::string::npos);  // nor are stateless requests
+}
+
+TEST_F(BatchTest, OnlyNotificationsGetNoResponse) {
+    send(R"([{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99}}])");
+    drain();
+    EXPECT_TRUE(messages().empty());
+}
+
+TEST_F(BatchTest, EmptyBatchIsInvalidRequest) {
+    send("[]");
+    drain();
+    ASSERT_EQ(messages().size(), 1u);
+    expect_error(messages()[0], "null", error_code::invalid_request);
+}
+
+TEST_F(BatchTest, CancelledElementIsLeftOut) {
+    send(R"([{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"wait","arguments":{},"_meta":{"progressToken":"p"}}},)"
+         R"({"jsonrpc":"2.0","id":6,"method":"ping"}])");
+    ASSERT_TRUE(run_until([this] { return !notifications("notifications/progress").empty(); }));  // progress is not held back
+    send(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}})");
+    ASSERT_TRUE(run_until([this] { return session_->in_flight() == 0; }, 3s));
+    drain();
+    auto responses = batch_responses();
+    ASSERT_EQ(responses.size(), 1u);
+    EXPECT_EQ(responses.count("6"), 1u);
 }
 
 } // namespace

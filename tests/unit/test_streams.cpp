@@ -494,7 +494,7 @@ TEST(Tar, AcceptedBySystemTar) {
     EXPECT_EQ(extracted, content);
     std::string extracted_blob = run_capture("tar -xOf '" + path + "' blob.bin 2>&1");
     EXPECT_EQ(extracted_blob, blob);
-    std::system(("rm -rf '" + dir + "'").c_str());
+    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
 // ================================================================ DOCKER_HOST, url_encode

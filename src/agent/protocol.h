@@ -1,0 +1,48 @@
+/*
+ * The wire protocol between the cubicle server and its in-sandbox agent: the
+ * one definition.  The agent (C) and the server (C++, sandbox/agent_protocol)
+ * include this header; the Python tests read their constants from it
+ * (tests/agent_wire.py parses the lines below, so keep their shape).
+ *
+ * Frame (both directions): u32 BE payload length, u8 type, u32 BE exec id,
+ * then the payload.
+ *
+ * RUN and OPEN payloads: NUL-terminated decimal timeout_ms, max_output_bytes
+ * (per stream, 0 = none), cwd ("" = the agent's), argc, argc argv strings,
+ * envc, envc KEY=VALUE strings; the rest of the payload is stdin.
+ * EXIT payload: "exit_code signal timed_out truncated duration_us max_rss_kb"
+ * (decimal, space-separated; exit_code -1 when killed by a signal).
+ */
+#ifndef CUBICLE_AGENT_PROTOCOL_H
+#define CUBICLE_AGENT_PROTOCOL_H
+
+#define CUBICLE_FRAME_HEADER_SIZE 9
+/* the largest payload either side accepts */
+#define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
+
+/* X(NAME, cxx_name, value): every frame type, with its spelling in C
+ * (CUBICLE_FRAME_NAME) and in C++ (FrameType::cxx_name, where stdout and
+ * stderr are macros).  The first group goes server -> agent, the second
+ * agent -> server. */
+#define CUBICLE_FRAME_TYPES(X)                                                   \
+    X(RUN, run, 0x01)         /* start a program; payload ends with stdin */     \
+    X(KILL, kill, 0x02)       /* kill an execution's process group */            \
+    X(PING, ping, 0x03)       /* answered by PONG with the same payload */       \
+    X(STDIN, stdin, 0x04)     /* input for an OPEN process; empty = EOF */       \
+    X(OPEN, open, 0x05)       /* RUN with open stdin and fd 3 for control */     \
+    X(SIGNAL, signal, 0x06)   /* payload: a signal for the execution's group */  \
+    X(START, start, 0x07)     /* RUN with stdin kept open for STDIN frames */    \
+    X(SAVE, save, 0x08)       /* "CAP\0DIR": copy the next RUN's output to DIR */ \
+    X(HELLO, hello, 0x10)     /* first frame: "cubicle-agent VERSION" */         \
+    X(STDOUT, stdout_, 0x11)                                                     \
+    X(STDERR, stderr_, 0x12)                                                     \
+    X(EXIT, exit, 0x13)       /* an execution ended; after all its output */     \
+    X(ERROR, error, 0x14)     /* a request failed; the payload says why */       \
+    X(PONG, pong, 0x15)                                                          \
+    X(CONTROL, control, 0x16) /* bytes an OPEN process wrote to fd 3 */
+
+#define CUBICLE_FRAME_ENUM_(name, cxx_name, value) CUBICLE_FRAME_##name = value,
+enum cubicle_frame_type { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_ENUM_) };
+#undef CUBICLE_FRAME_ENUM_
+
+#endif

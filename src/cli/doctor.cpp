@@ -1,0 +1,231 @@
+// `cubicle doctor`: checks, one line each, everything cubicle needs on this host, with
+// the fix for what is wrong. The exit status is 1 when something needed is broken.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "cli/support.hpp"
+#include "cli/terminal.hpp"
+#include "common/cancellation.hpp"
+#include "common/json.hpp"
+#include "common/log.hpp"
+#include "docker/client.hpp"
+#include "image/profiles.hpp"
+#include "sandbox/languages.hpp"
+#include "mcp/session.hpp"
+#include "sandbox/manager.hpp"
+
+namespace cubicle::cli {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+class Report {
+public:
+    void pass(std::string_view text) { terminal_.line(fmt::format("✓ {}", text)); }
+    // `needed`: cubicle cannot work as configured without it (the exit status says so).
+    void fail(std::string_view text, std::string_view fix, bool needed = true) {
+        terminal_.line(fmt::format("✗ {}{}", text, needed ? "" : " (optional)"));
+        terminal_.line(fmt::format("    fix: {}", fix));
+        if (needed) ++broken_;
+    }
+    int status() const { return broken_ ? 1 : 0; }
+
+private:
+    Terminal terminal_;
+    int broken_ = 0;
+};
+
+double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+std::string json_string(const std::string& body, const char* key) {
+    json::Document doc;
+    std::string_view value;
+    if (doc.parse(body) || doc.root()[key].get(value) != simdjson::SUCCESS) return {};
+    return std::string(value);
+}
+
+// The fix for a daemon that cannot be reached, by what went wrong.
+std::string connection_fix(std::string_view error) {
+    if (error.find("permission denied") != std::string_view::npos) {
+        return "add your user to the docker group (sudo usermod -aG docker $USER, then log in again), "
+               "or set DOCKER_HOST to a daemon you may use";
+    }
+    return "start Docker (sudo systemctl start docker), or point --docker-host / DOCKER_HOST at a running daemon";
+}
+
+// Reads the sandbox's own cgroup: memory limit (bytes), pids limit, CPU quota (CPUs).
+constexpr std::string_view cgroup_script = R"sh(
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  echo v2; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max; cat /sys/fs/cgroup/cpu.max
+else
+  echo v1; cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max
+  echo "$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)"
+fi)sh";
+
+asio::awaitable<void> check_sandbox(Report& report, sandbox::Manager& manager, const Config& config, std::string image) {
+    auto started = Clock::now();
+    sandbox::SandboxSpec spec;
+    spec.image = image;
+    std::shared_ptr<sandbox::Sandbox> box;
+    try {
+        box = co_await manager.create(std::move(spec), std::string(mcp::local_principal), true);
+    } catch (const std::exception& e) {
+        report.fail(fmt::format("starting a sandbox of {}: {}", image, e.what()), "run with --log-level debug to see each Docker call");
+        co_return;
+    }
+    if (box->uses_agent()) {
+        report.pass(fmt::format("sandbox of {} started with its agent in {:.0f} ms", image, ms_since(started)));
+    } else {
+        report.fail(fmt::format("the agent cannot run in {}: programs fall back to Docker exec", image),
+                    "use an x86-64 image (cubicle image build)");
+    }
+    try {
+        auto request = sandbox::shell_command(std::string(cgroup_script));
+        request.timeout_ms = 10000;
+        auto result = co_await box->run(std::move(request), {}, std::make_shared<Cancellation>());
+        std::istringstream lines(result.stdout_text);
+        std::string version, memory, pids, quota, period;
+        lines >> version >> memory >> pids >> quota >> period;
+        // The workspace's tmpfs is charged to the sandbox on top of what its programs may use.
+        auto want_memory = std::to_string(static_cast<std::int64_t>(config.memory_mb + config.disk_mb) * 1024 * 1024);
+        double cpus = quota == "max" || quota == "-1" || period.empty() ? 0 : std::stod(quota) / std::stod(period);
+        if (memory == want_memory && pids == std::to_string(config.pids_limit) && std::abs(cpus - config.cpus) < 0.01) {
+            report.pass(fmt::format("limits enforced in the sandbox's cgroup ({}): memory {} MiB (+{} MiB workspace), {} processes, {:g} CPUs",
+                                    version, config.memory_mb, config.disk_mb, config.pids_limit, cpus));
+        } else {
+            report.fail(fmt::format("limits not enforced as set: the sandbox's cgroup ({}) says memory {}, pids {}, cpu {} {}", version, memory,
+                                    pids, quota, period),
+                        "use a daemon whose cgroup controllers (memory, pids, cpu) are enabled");
+        }
+        // Named, not built inside the co_await expressions: GCC 12 double-frees such temporaries.
+        sandbox::OutputSink no_sink;
+        sandbox::RunOptions first_options, again_options;
+        auto first = Clock::now();
+        co_await box->run_cell("python", "print(1)", false, 10000, 1 << 20, no_sink, std::make_shared<Cancellation>(), std::move(first_options));
+        auto first_ms = ms_since(first);
+        auto again = Clock::now();
+        auto round_trip = co_await box->run_cell("python", "print(1)", false, 10000, 1 << 20, no_sink, std::make_shared<Cancellation>(),
+                                                 std::move(again_options));
+        if (round_trip.stdout_text == "1\n") {
+            report.pass(fmt::format("round trip print(1): {:.1f} ms (the first, starting Python: {:.0f} ms)", ms_since(again), first_ms));
+        } else {
+            report.fail(fmt::format("print(1) printed '{}' ({})", round_trip.stdout_text, round_trip.stderr_text),
+                        fmt::format("check that {} has python3 (cubicle image build)", image));
+        }
+    } catch (const std::exception& e) {
+        report.fail(fmt::format("running a program in the sandbox: {}", e.what()), "run with --log-level debug to see each Docker call");
+    }
+    co_await manager.destroy(box->id());
+}
+
+asio::awaitable<int> doctor(CommandLine command_line) {
+    const Config& config = command_line.config;
+    Report report;
+    auto executor = co_await asio::this_coro::executor;
+    docker::Endpoint endpoint;
+    try {
+        endpoint = docker::parse_docker_host(config.docker_host);
+    } catch (const std::exception& e) {
+        report.fail(e.what(), "set DOCKER_HOST (or --docker-host) to unix:///path/to/docker.sock or tcp://host:port");
+        co_return report.status();
+    }
+    docker::Client docker(executor, endpoint);
+    try {
+        co_await docker.connect();
+        auto version = co_await docker.request("GET", "/version");
+        report.pass(fmt::format("Docker endpoint {} reachable: Docker {}, Engine API {}", endpoint.describe(), json_string(version.body, "Version"),
+                                docker.api_version()));
+    } catch (const std::exception& e) {
+        report.fail(fmt::format("Docker endpoint {}: {}", endpoint.describe(), e.what()), connection_fix(e.what()));
+        co_return report.status();
+    }
+    docker::DaemonInfo info;
+    std::string default_runtime;
+    try {
+        auto raw = co_await docker.request("GET", "/info");
+        if (raw.status >= 400) throw docker::Error(raw.status, fmt::format("HTTP {}", raw.status));
+        info = docker::parse_daemon_info(raw.body);
+        default_runtime = json_string(raw.body, "DefaultRuntime");
+        report.pass("permission to use the Docker API");
+    } catch (const std::exception& e) {
+        report.fail(fmt::format("reading the daemon's /info: {}", e.what()), connection_fix(e.what()));
+        co_return report.status();
+    }
+
+    bool default_present = false;
+    auto suite = image::host_suite();
+    for (const auto& profile : image::profiles()) {
+        bool is_default = image::find_profile(config.default_image) == &profile;
+        auto present = co_await docker.inspect_image(profile.image);
+        auto what = fmt::format("image {}{}", profile.image, is_default ? " (the default)" : "");
+        if (!present) {
+            report.fail(what + ": not built", fmt::format("cubicle image build {}", profile.name), is_default);
+        } else if (present->labels[std::string(image::recipe_label)] != image::recipe_digest(profile, suite)) {
+            report.fail(fmt::format("{}: present ({} MB) but built from an older recipe", what, present->size / 1000000),
+                        fmt::format("cubicle image build {}", profile.name), false);
+        } else {
+            report.pass(fmt::format("{}: current, {} MB", what, present->size / 1000000));
+        }
+        default_present = default_present || (is_default && present);
+    }
+    if (!image::find_profile(config.default_image)) {
+        default_present = (co_await docker.inspect_image(config.default_image)).has_value();
+        if (default_present) report.pass(fmt::format("default image {} present", config.default_image));
+        else report.fail(fmt::format("default image {} is not on this host", config.default_image), "pull or build it, or drop --default-image");
+    }
+
+    std::string runtimes = default_runtime + " (default)";
+    for (const auto& runtime : info.runtimes) {
+        if (runtime != default_runtime) runtimes += ", " + runtime;
+    }
+    report.pass(fmt::format("container runtimes: {}", runtimes));
+    if (std::find(info.runtimes.begin(), info.runtimes.end(), "runsc") == info.runtimes.end()) {
+        report.fail("gVisor (runsc) is not registered with the daemon: sandboxes share the host kernel",
+                    "for a stronger boundary install gVisor and register runsc in /etc/docker/daemon.json (https://gvisor.dev/docs/user_guide/install/)",
+                    false);
+    } else {
+        report.pass("gVisor (runsc) is available");
+    }
+    if (info.nvidia_runtime()) report.pass("NVIDIA runtime: initialize_sandbox {gpu: true} works");
+    else report.fail("no NVIDIA runtime: gpu: true is refused", "install the NVIDIA Container Toolkit if sandboxes need GPUs", false);
+
+    if (default_present) {
+        Config probe = config;
+        probe.pool_size = 0;
+        sandbox::Manager manager(executor, docker, probe);
+        co_await check_sandbox(report, manager, probe, config.default_image);
+        co_await manager.destroy_all();
+    } else {
+        report.fail("no sandbox started: the default image is missing", "cubicle image build");
+    }
+    co_return report.status();
+}
+
+} // namespace
+
+int doctor_command(int argc, char** argv) {
+    try {
+        auto command_line = parse_command_line(argc, argv, {});
+        if (command_line.help || !command_line.words.empty()) {
+            std::fputs("usage: cubicle doctor [server options]\n\nChecks that cubicle can run sandboxes here, one line per check with "
+                       "the fix for what is wrong;\nexits 1 when something it needs is broken.\n",
+                       command_line.help ? stdout : stderr);
+            return command_line.help ? 0 : 2;
+        }
+        log::set_stderr_level(*log::parse_level(command_line.config.log_level));
+        return run(doctor, std::move(command_line));
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "cubicle: %s\n", e.what());
+        return 2;
+    }
+}
+
+} // namespace cubicle::cli

@@ -1,0 +1,32 @@
+// What the subcommands share: their command line (words, switches and the server's
+// own options) and running one coroutine to its exit status.
+#pragma once
+
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "config.hpp"
+
+namespace cubicle::cli {
+
+struct CommandLine {
+    std::vector<std::string> words;   // arguments that are not options
+    std::set<std::string> switches;   // those of `switches` given
+    Config config;                    // every other option, as the server reads them
+    bool help = false;
+};
+
+// Throws std::invalid_argument naming a bad option.
+CommandLine parse_command_line(int argc, char** argv, std::initializer_list<std::string_view> switches);
+
+// Runs `main` on a single-threaded io_context; an exception escaping it is printed and
+// gives exit status 1.
+int run(boost::asio::awaitable<int> (*main)(CommandLine), CommandLine command_line);
+
+} // namespace cubicle::cli
