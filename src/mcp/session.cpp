@@ -857,11 +857,11 @@ void Session::start_task(std::shared_ptr<Request> request, const Tool& tool, std
     // Progress and log lines reach the client only while the call is still a
     // plain request: once it is a task, its request has been answered.
     auto outlet = std::make_shared<bool>(true);
-    auto send = [send = request->peer.send, outlet](std::string message) {
+    auto forward = [send = request->peer.send, outlet](std::string message) {
         if (*outlet) send(std::move(message));
     };
     RequestLogging logging{.request_scoped = request->stateless, .level = request->log_level};
-    auto context = std::make_shared<RequestContext>(send, std::move(token_json), logging);
+    auto context = std::make_shared<RequestContext>(std::move(forward), std::move(token_json), logging);
     context->set_principal(request->peer.principal);
     simdjson::dom::element arguments;
     if (request->params["arguments"].get(arguments) != simdjson::SUCCESS) arguments = empty_object();

@@ -112,10 +112,10 @@ def test_cancel_kills_the_program(tasks_server):
     srv, _ = tasks_server
     sb = srv.ok("initialize_sandbox", {})
     sid = sb["sandbox_id"]
-    created = task_call(srv, "run_command", {"sandbox_id": sid, "command": "sleep 3001", "timeout_s": 600})
+    created = task_call(srv, "run_command", {"sandbox_id": sid, "command": "sleep 3001", "timeout_s": 120})
     task_id = created["task"]["taskId"]
     deadline = time.monotonic() + 30
-    while running(srv, sid, "slee[p] 3001") != 1:
+    while running(srv, sid, "slee[p] 3001") < 1:
         assert time.monotonic() < deadline, "the task's program never started"
         time.sleep(0.2)
     cancelled = srv.request("tasks/cancel", {"taskId": task_id})["result"]
@@ -151,7 +151,8 @@ def test_client_of_an_older_revision_gets_a_plain_result(raw_server):
 
 def test_expired_task_is_gone(tasks_server):
     srv, _ = tasks_server
-    created = task_call(srv, "execute_code", {"code": "print('short-lived')"}, ttl=1)
+    sid = srv.ok("initialize_sandbox", {})["sandbox_id"]
+    created = task_call(srv, "run_command", {"sandbox_id": sid, "command": "echo short-lived"}, ttl=1)
     task = created["task"]
     assert task["ttl"] == 1000  # clamped to the server's minimum
     assert poll(srv, task["taskId"])["status"] == "completed"
@@ -166,9 +167,9 @@ def test_expiry_stops_a_running_task(tasks_server):
     srv, _ = tasks_server
     sb = srv.ok("initialize_sandbox", {})
     sid = sb["sandbox_id"]
-    task_call(srv, "run_command", {"sandbox_id": sid, "command": "sleep 3002", "timeout_s": 600}, ttl=2000)
+    task_call(srv, "run_command", {"sandbox_id": sid, "command": "sleep 3002", "timeout_s": 120}, ttl=2000)
     deadline = time.monotonic() + 30
-    while running(srv, sid, "slee[p] 3002") != 1:
+    while running(srv, sid, "slee[p] 3002") < 1:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     # Past its ttl nobody can collect the result: the program is stopped.
@@ -189,12 +190,14 @@ def test_extension_2026(raw_server):
     srv = raw_server()
     discovered = stateless(srv, "server/discover", {})["result"]
     assert discovered["capabilities"]["extensions"] == {EXTENSION: {}}
+    box = stateless(srv, "tools/call", {"name": "initialize_sandbox", "arguments": {}})["result"]
+    sid = box["structuredContent"]["sandbox_id"]
     # A quick call is answered plainly even when the client could take a task.
-    quick = stateless(srv, "tools/call", {"name": "execute_code", "arguments": {"code": "print('quick')"}})["result"]
-    assert quick["resultType"] == "complete" and "quick" in quick["structuredContent"]["stdout"]
+    quick = stateless(srv, "tools/call", {"name": "run_command", "arguments": {"sandbox_id": sid, "command": "echo quick"}})["result"]
+    assert quick["resultType"] == "complete" and "quick" in quick["structuredContent"]["results"][0]["stdout"], quick
     # A long one becomes a task: flat, resultType task, ttlMs/pollIntervalMs.
-    slow = stateless(srv, "tools/call", {"name": "execute_code",
-                                         "arguments": {"code": "import time; time.sleep(3); print('slow-done')"}})["result"]
+    slow = stateless(srv, "tools/call", {"name": "run_command",
+                                         "arguments": {"sandbox_id": sid, "command": "sleep 3; echo slow-done"}})["result"]
     assert slow["resultType"] == "task" and slow["status"] == "working", slow
     assert slow["ttlMs"] > 0 and slow["pollIntervalMs"] > 0 and "task" not in slow
     deadline = time.monotonic() + 60
@@ -205,16 +208,16 @@ def test_extension_2026(raw_server):
             break
         assert time.monotonic() < deadline
         time.sleep(0.3)
-    assert got["status"] == "completed" and "slow-done" in got["result"]["structuredContent"]["stdout"], got
+    assert got["status"] == "completed" and "slow-done" in got["result"]["structuredContent"]["results"][0]["stdout"], got
     # Nothing of ours waits for input: tasks/update is acknowledged with an empty result.
     updated = stateless(srv, "tasks/update", {"taskId": slow["taskId"], "inputResponses": {}})["result"]
     assert updated["resultType"] == "complete" and set(updated) <= {"resultType", "_meta"}
     # tasks/cancel acknowledges with an empty result, even for an ended task.
     assert set(stateless(srv, "tasks/cancel", {"taskId": slow["taskId"]})["result"]) <= {"resultType", "_meta"}
     # Without the extension in the request: a plain result, and tasks/* are refused with -32021.
-    plain = stateless(srv, "tools/call", {"name": "execute_code", "arguments": {"code": "import time; time.sleep(1.5); print('p')"}},
+    plain = stateless(srv, "tools/call", {"name": "run_command", "arguments": {"sandbox_id": sid, "command": "sleep 1.5; echo p"}},
                       extension=False)["result"]
-    assert plain["resultType"] == "complete" and "p" in plain["structuredContent"]["stdout"]
+    assert plain["resultType"] == "complete" and "p" in plain["structuredContent"]["results"][0]["stdout"]
     refused = stateless(srv, "tasks/get", {"taskId": slow["taskId"]}, extension=False)["error"]
     assert refused["code"] == -32021 and refused["data"]["requiredCapabilities"] == {"extensions": {EXTENSION: {}}}
     assert stateless(srv, "tasks/get", {"taskId": "task-00000000000000000000000000000000"})["error"]["code"] == -32602
@@ -226,12 +229,39 @@ def test_extension_cancel_kills_the_program(raw_server):
     sb = srv.ok("initialize_sandbox", {})
     sid = sb["sandbox_id"]
     created = stateless(srv, "tools/call", {"name": "run_command",
-                                            "arguments": {"sandbox_id": sid, "command": "sleep 3003", "timeout_s": 600}})["result"]
+                                            "arguments": {"sandbox_id": sid, "command": "sleep 3003", "timeout_s": 120}})["result"]
     assert created["resultType"] == "task", created
-    assert running(srv, sid, "slee[p] 3003") == 1
+    assert running(srv, sid, "slee[p] 3003") >= 1
     stateless(srv, "tasks/cancel", {"taskId": created["taskId"]})
     deadline = time.monotonic() + 15
     while running(srv, sid, "slee[p] 3003") != 0:
         assert time.monotonic() < deadline, "the cancelled task's program is still running"
         time.sleep(0.2)
     assert stateless(srv, "tasks/get", {"taskId": created["taskId"]})["result"]["status"] == "cancelled"
+
+
+def test_links_to_files_a_run_changed(raw_server):
+    srv = raw_server()
+    srv.initialize()  # 2025-06-18: results may carry resource_link content
+    sb = srv.ok("initialize_sandbox", {})
+    sid = sb["sandbox_id"]
+    srv.ok("run_command", {"sandbox_id": sid, "command": "echo old > before.txt"})
+    time.sleep(0.05)
+    res = srv.call_tool("run_command", {"sandbox_id": sid, "command": "echo fresh > made.txt; echo again >> made.txt"})
+    links = [c for c in res["content"] if c["type"] == "resource_link" and not c["name"].startswith(".cubicle/")]
+    assert [l["name"] for l in links] == ["made.txt"], res["content"]
+    assert links[0]["uri"] == f"sandbox://{sid}/made.txt"
+    read = srv.request("resources/read", {"uri": links[0]["uri"]})["result"]["contents"][0]
+    assert read["text"] == "fresh\nagain\n"
+    # Many files: at most 10 links, the last one saying there were more.
+    res = srv.call_tool("execute_code", {"sandbox_id": sid, "code": "import os\nos.makedirs('out', exist_ok=True)\n"
+                                         "for i in range(12): open(f'out/f{i}.txt', 'w').write(str(i))\n"})
+    links = [c for c in res["content"] if c["type"] == "resource_link" and not c["name"].startswith(".cubicle/")]
+    assert len(links) == 10 and all(l["name"].startswith("out/f") for l in links), links
+    assert "more files changed" in links[-1]["description"]
+    some = links[3]
+    read = srv.request("resources/read", {"uri": some["uri"]})["result"]["contents"][0]
+    assert read["text"] == some["name"][len("out/f"):-len(".txt")]
+    # A run that changes nothing links only its saved output.
+    res = srv.call_tool("run_command", {"sandbox_id": sid, "command": "cat before.txt"})
+    assert all(c["name"].startswith(".cubicle/") for c in res["content"] if c["type"] == "resource_link"), res["content"]

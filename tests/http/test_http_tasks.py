@@ -49,7 +49,7 @@ def test_tasks_are_their_principals(sandbox_image):
         sb = srv.call(alice, "initialize_sandbox", {}, principal="alice")["structuredContent"]
         sid = sb["sandbox_id"]
         created = post(srv, alice, "alice", "tools/call",
-                       {"name": "run_command", "arguments": {"sandbox_id": sid, "command": "sleep 3004", "timeout_s": 600},
+                       {"name": "run_command", "arguments": {"sandbox_id": sid, "command": "sleep 3004", "timeout_s": 120},
                         "task": {"ttl": 120000}})["result"]["task"]
         task_id = created["taskId"]
         assert created["status"] == "working"
@@ -62,7 +62,7 @@ def test_tasks_are_their_principals(sandbox_image):
         assert stateless(srv, "bob", "tasks/get", {"taskId": task_id})["error"]["code"] == -32602
         assert stateless(srv, "bob", "tasks/cancel", {"taskId": task_id})["error"]["code"] == -32602
         # Bob's attempt changed nothing: the program still runs.
-        assert sandbox_processes(srv, alice, sid, "slee[p] 3004") == 1
+        assert sandbox_processes(srv, alice, sid, "slee[p] 3004") >= 1
 
         # Alice finds it from another session of hers, and from a stateless request.
         alice2 = srv.initialize("alice")
