@@ -101,6 +101,15 @@ std::shared_ptr<Task> TaskStore::start(std::string principal, const Tool& tool, 
                                             "(tasks/cancel) first",
                                             working));
     }
+    // Ended tasks wait for their ttl, but a client cannot pile up results without bound: its oldest go first.
+    std::vector<std::shared_ptr<Task>> ended;
+    for (const auto& [id, t] : tasks_) {
+        if (t->principal == principal && t->terminal()) ended.push_back(t);
+    }
+    if (ended.size() >= max_ended_per_principal) {
+        std::sort(ended.begin(), ended.end(), [](const auto& a, const auto& b) { return a->sequence < b->sequence; });
+        for (std::size_t i = 0; i + max_ended_per_principal <= ended.size(); ++i) tasks_.erase(ended[i]->id);
+    }
     auto task = std::make_shared<Task>();
     task->id = "task-" + random_hex(16);
     task->principal = std::move(principal);

@@ -66,7 +66,8 @@ public:
     static constexpr std::int64_t min_ttl_ms = 1'000;
     static constexpr std::int64_t max_ttl_ms = 86'400'000;
     static constexpr std::int64_t poll_interval_ms = 1'000;
-    static constexpr std::size_t max_per_principal = 100;
+    static constexpr std::size_t max_per_principal = 100;         // working at once
+    static constexpr std::size_t max_ended_per_principal = 1000;  // kept for collection
     static constexpr std::size_t page_size = 50;
 
     explicit TaskStore(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
