@@ -1073,8 +1073,9 @@ TEST_F(TaskTest, CapabilityAndToolSupportFrom2025_11_25) {
     handshake("2025-11-25");
     auto init = response("0")->result();
     EXPECT_FALSE(init["capabilities"]["tasks"]["requests"]["tools"]["call"].error());
-    auto tools = call("1", "tools/list").result()["tools"];
-    for (auto tool : tools.get_array().value_unsafe()) {
+    simdjson::dom::array tools;
+    ASSERT_EQ(call("1", "tools/list").result()["tools"].get(tools), simdjson::SUCCESS);
+    for (auto tool : tools) {
         std::string name = str(tool["name"]);
         EXPECT_EQ(!tool["execution"].error(), name == "wait") << name;
     }
