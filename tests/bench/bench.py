@@ -1250,7 +1250,8 @@ class Bench:
         order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
                  "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100", "shutdown_100",
                  "http_pair_stdio", "http_stateful", "http_tput", "http_idle",
-                 *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first"))]
+                 *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first")),
+                 "flood_first_byte", "flood_first_byte_result"]
         order += [f"lang_{kind}_{language}" for language in LANGUAGE_PROGRAMS for kind in ("first", "again")]
         rows = [self.results[k] for k in order if k in self.results]
 
