@@ -26,6 +26,7 @@
 #include "docker/client.hpp"
 #include "mcp/http.hpp"
 #include "mcp/session.hpp"
+#include "mcp/tasks.hpp"
 #include "mcp/stdio.hpp"
 #include "sandbox/manager.hpp"
 #include "tools/tools.hpp"
@@ -123,10 +124,12 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
     auto metrics = std::make_shared<mcp::Metrics>();
     auto quotas = std::make_shared<auth::Quotas>(auth::QuotaSettings{config.client_calls_per_minute, config.client_max_executions});
     auto tools = mcp::metered_tools(tools::sandbox_tools(manager, docker, config), quotas, metrics);
-    auto make_session = [&io, tools] {
+    auto tasks = std::make_shared<mcp::TaskStore>(io.get_executor());  // shared: a task is its principal's, not its session's
+    auto make_session = [&io, tools, tasks] {
         auto session = std::make_unique<mcp::Session>(io.get_executor(), mcp::ServerInfo{"cubicle", CUBICLE_VERSION, std::string(instructions)},
                                                       tools, [](std::string) {});
         session->set_forward_logs(false);
+        session->set_tasks(tasks);
         return session;
     };
     mcp::HttpAuth http_auth;

@@ -11,6 +11,7 @@
 
 #include "common/errors.hpp"
 #include "common/json.hpp"
+#include "mcp/tasks.hpp"
 
 namespace cubicle::mcp {
 namespace {
@@ -23,6 +24,13 @@ constexpr std::string_view meta_capabilities_key = "io.modelcontextprotocol/clie
 constexpr std::string_view meta_log_level_key = "io.modelcontextprotocol/logLevel";
 constexpr std::string_view meta_server_info_key = "io.modelcontextprotocol/serverInfo";
 constexpr std::string_view meta_subscription_key = "io.modelcontextprotocol/subscriptionId";
+constexpr std::string_view tasks_extension = "io.modelcontextprotocol/tasks";
+constexpr std::string_view meta_related_task_key = "io.modelcontextprotocol/related-task";
+constexpr std::string_view meta_immediate_response_key = "io.modelcontextprotocol/model-immediate-response";
+constexpr std::string_view tasks_version = "2025-11-25";  // the first handshake revision with tasks
+// Under the extension the server decides which calls become tasks: those still
+// running after this long (quick ones answer plainly, at no extra round trip).
+constexpr auto task_promotion_delay = std::chrono::seconds(1);
 // The tool list and the server's identity are fixed for the life of the process
 // and the same for every caller; an hour bounds how long a client keeps them
 // across a server upgrade.
@@ -204,6 +212,7 @@ struct Session::Request {
     // Sent under the stateless revision, with its log level (if the client asked for log lines).
     bool stateless = false;
     std::optional<log::Level> log_level;
+    bool tasks_extension = false;  // a stateless request whose capabilities name io.modelcontextprotocol/tasks
     Peer peer;
 
     ~Request() {
@@ -227,9 +236,15 @@ Session::Session(asio::any_io_executor executor, ServerInfo info, std::vector<To
     json::Writer w;
     w.begin_object().field("name", info_.name).field("title", "cubicle").field("version", info_.version).end_object();
     server_info_json_ = w.take();
+    tasks_ = std::make_shared<TaskStore>(executor_);
 }
 
 Session::~Session() = default;
+
+void Session::set_tasks(std::shared_ptr<TaskStore> store) {
+    tasks_ = std::move(store);
+    owns_tasks_ = false;
+}
 
 void Session::handle_message(std::string text) {
     handle_message(std::move(text), Peer{.send = send_, .principal = std::string(local_principal)});
@@ -390,6 +405,8 @@ bool Session::accept_envelope(Request& request) {
             return false;
         }
     }
+    simdjson::dom::object extensions;
+    request.tasks_extension = capabilities["extensions"].get(extensions) == simdjson::SUCCESS && !extensions[tasks_extension].error();
     request.stateless = true;
     return true;
 }
@@ -423,6 +440,8 @@ void Session::handle_request(std::shared_ptr<Request> request) {
     } else if (method == "tools/call") {
         call_tool(std::move(request));
     } else if (handle_resources(request)) {
+    } else if (method.starts_with("tasks/") && tasks_negotiated()) {
+        handle_task_request(std::move(request));
     } else if (method == "logging/setLevel") {
         set_log_level(*request);
     } else if (method == "server/discover") {
@@ -448,6 +467,8 @@ void Session::handle_stateless_request(std::shared_ptr<Request> request) {
     } else if (handle_resources(request)) {
     } else if (method == "subscriptions/listen") {
         listen(std::move(request));
+    } else if (method == "tasks/get" || method == "tasks/update" || method == "tasks/cancel") {
+        handle_task_request(std::move(request));
     } else if (method == "ping" || method == "logging/setLevel") {
         reply_error(*request, error_code::method_not_found,
                     fmt::format("Method not found: {} was removed in protocol revision {}{}", method, stateless_version,
@@ -475,6 +496,11 @@ void Session::initialize(const Request& request) {
     w.key("tools").begin_object().field("listChanged", false).end_object();
     if (resources_) w.key("resources").begin_object().end_object();
     w.key("logging").begin_object().end_object();
+    if (tasks_negotiated()) {
+        w.key("tasks").begin_object().key("list").begin_object().end_object().key("cancel").begin_object().end_object();
+        w.key("requests").begin_object().key("tools").begin_object().key("call").begin_object().end_object().end_object().end_object();
+        w.end_object();
+    }
     w.end_object();
     w.key("serverInfo").raw(server_info_json_);
     w.field("instructions", info_.instructions);
@@ -491,6 +517,7 @@ void Session::discover(const Request& request) {
     w.key("tools").begin_object().field("listChanged", false).end_object();
     if (resources_) w.key("resources").begin_object().end_object();
     w.key("logging").begin_object().end_object();  // log lines for requests that name a level
+    w.key("extensions").begin_object().key(tasks_extension).begin_object().end_object().end_object();
     w.end_object();
     w.field("instructions", info_.instructions);
     w.end_object();
@@ -503,7 +530,7 @@ void Session::list_tools(const Request& request) {
         reply_error(request, error_code::invalid_params, "Invalid params: unknown cursor (tools/list returns every tool at once)");
         return;
     }
-    reply(request, tools_json(), Caching::cacheable);
+    reply(request, tools_json(!request.stateless && tasks_negotiated()), Caching::cacheable);
 }
 
 void Session::set_log_level(const Request& request) {
@@ -528,7 +555,7 @@ void Session::set_log_level(const Request& request) {
     reply(request, "{}");
 }
 
-std::string Session::tools_json() const {
+std::string Session::tools_json(bool task_support) const {
     json::Writer w;
     w.begin_object().key("tools").begin_array();
     for (const auto& tool : tools_) {
@@ -541,6 +568,7 @@ std::string Session::tools_json() const {
         w.field("readOnlyHint", tool.read_only).field("destructiveHint", tool.destructive);
         w.field("idempotentHint", tool.idempotent).field("openWorldHint", tool.open_world);
         w.end_object();
+        if (task_support && tool.task_support) w.key("execution").begin_object().field("taskSupport", "optional").end_object();
         w.end_object();
     }
     w.end_array().end_object();
@@ -563,6 +591,29 @@ void Session::call_tool(std::shared_ptr<Request> request) {
     simdjson::dom::element arguments;
     if (request->params["arguments"].get(arguments) == simdjson::SUCCESS && !arguments.is_object()) {
         reply_error(*request, error_code::invalid_params, "Invalid params: arguments must be an object");
+        return;
+    }
+    // 2025-11-25: the client asks for a task with params.task; under the
+    // extension the server decides (calls still running after a moment).
+    simdjson::dom::element task_params;
+    bool task_asked = !request->stateless && tasks_negotiated() && request->params["task"].get(task_params) == simdjson::SUCCESS;
+    if (task_asked) {
+        if (!tool->task_support) {
+            reply_error(*request, error_code::method_not_found,
+                        fmt::format("Method not found: {} does not run as a task (execution.taskSupport is forbidden)", tool->name));
+            return;
+        }
+        std::optional<std::int64_t> ttl;
+        simdjson::dom::element ttl_element;
+        if (task_params.is_object() && task_params["ttl"].get(ttl_element) == simdjson::SUCCESS && ttl_element.is_number()) {
+            double asked = 0;
+            if (ttl_element.get(asked) == simdjson::SUCCESS) ttl = static_cast<std::int64_t>(std::min(asked, 1e15));
+        }
+        start_task(std::move(request), *tool, ttl);
+        return;
+    }
+    if (request->stateless && request->tasks_extension && tool->task_support) {
+        start_task(std::move(request), *tool, std::nullopt);
         return;
     }
     simdjson::dom::element token;
@@ -614,25 +665,7 @@ asio::awaitable<void> Session::run_tool(const Tool* tool, std::shared_ptr<Reques
         reply_error(*request, error_code::internal_error, fmt::format("Internal error in {}: {}", tool->name, internal_error));
         co_return;
     }
-    json::Writer w;
-    w.begin_object().key("content").begin_array();
-    w.begin_object().field("type", "text").field("text", result.text.empty() ? result.structured : result.text).end_object();
-    for (const auto& image : result.images) {
-        w.begin_object().field("type", "image").field("data", image.data).field("mimeType", image.mime_type).end_object();
-    }
-    if (links_allowed(*request)) {
-        for (const auto& link : result.links) {
-            w.begin_object().field("type", "resource_link").field("uri", link.uri).field("name", link.name);
-            if (!link.mime_type.empty()) w.field("mimeType", link.mime_type);
-            if (!link.description.empty()) w.field("description", link.description);
-            w.end_object();
-        }
-    }
-    w.end_array();
-    if (!result.structured.empty()) w.key("structuredContent").raw(result.structured);
-    w.field("isError", result.is_error);
-    w.end_object();
-    reply(*request, w.take());
+    reply(*request, call_result_json(result, links_allowed(*request)));
 }
 
 bool Session::links_allowed(const Request& request) const {
@@ -750,12 +783,13 @@ asio::awaitable<void> Session::hold_subscription(std::shared_ptr<Request> reques
     reply(*request, "{}", Caching::none, fmt::format("\"{}\":{}", meta_subscription_key, request->id));
 }
 
-void Session::reply(const Request& request, std::string result_json, Caching caching, std::string_view extra_meta) {
+void Session::reply(const Request& request, std::string result_json, Caching caching, std::string_view extra_meta,
+                    std::string_view result_type) {
     if (request.stateless) {
         // 2026-07-28 results say whether they are complete, name the server and,
         // where cacheable, how long they stay fresh and for whom.
         json::Writer envelope;
-        envelope.begin_object().field("resultType", "complete");
+        envelope.begin_object().field("resultType", result_type);
         envelope.key("_meta").begin_object().key(meta_server_info_key).raw(server_info_json_);
         if (!extra_meta.empty()) envelope.raw(extra_meta);
         envelope.end_object();
@@ -800,11 +834,190 @@ void Session::settle(const Request& request, std::string message) {
 asio::awaitable<void> Session::shutdown() {
     shutting_down_ = true;
     for (auto& [id, context] : in_flight_) context->cancellation()->cancel();
+    // Tasks shared with other Sessions outlive this one; its own end with it.
+    if (owns_tasks_) tasks_->cancel_all();
     asio::steady_timer timer(executor_);
     auto deadline = std::chrono::steady_clock::now() + shutdown_grace;
-    while (!in_flight_.empty() && std::chrono::steady_clock::now() < deadline) {
+    while ((!in_flight_.empty() || (owns_tasks_ && tasks_->working() > 0)) && std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(std::chrono::milliseconds(20));
         co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+}
+
+// ---- tasks ---------------------------------------------------------------------
+
+bool Session::tasks_negotiated() const { return protocol_version_ >= tasks_version; }  // revisions are dates
+
+void Session::start_task(std::shared_ptr<Request> request, const Tool& tool, std::optional<std::int64_t> ttl_ms) {
+    simdjson::dom::element token;
+    std::string token_json;
+    if (request->params["_meta"]["progressToken"].get(token) == simdjson::SUCCESS && (token.is_string() || token.is_number())) {
+        token_json = json::to_string(token);
+    }
+    // Progress and log lines reach the client only while the call is still a
+    // plain request: once it is a task, its request has been answered.
+    auto outlet = std::make_shared<bool>(true);
+    auto forward = [send = request->peer.send, outlet](std::string message) {
+        if (*outlet) send(std::move(message));
+    };
+    RequestLogging logging{.request_scoped = request->stateless, .level = request->log_level};
+    auto context = std::make_shared<RequestContext>(std::move(forward), std::move(token_json), logging);
+    context->set_principal(request->peer.principal);
+    simdjson::dom::element arguments;
+    if (request->params["arguments"].get(arguments) != simdjson::SUCCESS) arguments = empty_object();
+    std::shared_ptr<Task> task;
+    try {
+        task = tasks_->start(request->peer.principal, tool, request->document, arguments, context, ttl_ms,
+                             request->stateless ? TaskEra::y2026 : TaskEra::y2025);
+    } catch (const std::length_error& e) {
+        reply_error(*request, error_code::invalid_request, fmt::format("Invalid Request: {}", e.what()));
+        return;
+    }
+    // Stdio: one stream for everything, so status changes can follow the task.
+    if (!request->stateless && !request->peer.finished) task->notify = request->peer.send;
+    if (request->peer.gone) {
+        // A client that stops listening cancels its call, not the task it became.
+        request->peer.gone->on_cancel([weak = std::weak_ptr<Task>(task)] {
+            if (auto alive = weak.lock(); alive && !alive->promoted) alive->context->cancellation()->cancel();
+        });
+    }
+    in_flight_[request->peer.scope + request->id] = context;
+    asio::co_spawn(executor_, answer_task_call(std::move(request), std::move(task), std::move(outlet)), report_failure);
+}
+
+asio::awaitable<void> Session::answer_task_call(std::shared_ptr<Request> request, std::shared_ptr<Task> task,
+                                                std::shared_ptr<bool> outlet) {
+    bool server_decides = request->stateless;
+    if (server_decides) co_await tasks_->wait(task, std::chrono::steady_clock::now() + task_promotion_delay);
+    in_flight_.erase(request->peer.scope + request->id);
+    if (server_decides && (task->terminal() || task->context->cancelled())) {
+        // Done in time (or cancelled by notifications/cancelled): a plain answer, no task.
+        if (!task->terminal()) co_await tasks_->wait(task, std::chrono::steady_clock::time_point::max());
+        tasks_->erase(task->id);
+        if (task->context->cancelled()) {
+            settle(*request, {});
+        } else if (task->state == Task::State::failed) {
+            reply_error(*request, task->error_code, task->error_message);
+        } else {
+            reply(*request, task->result_json);
+        }
+        co_return;
+    }
+    task->promoted = true;
+    *outlet = false;
+    json::Writer w;
+    if (server_decides) {
+        TaskStore::write(w, *task, TaskEra::y2026, false);
+        reply(*request, w.take(), Caching::none, {}, "task");
+        co_return;
+    }
+    w.begin_object().key("task");
+    TaskStore::write(w, *task, TaskEra::y2025, false);
+    w.key("_meta").begin_object();
+    w.field(meta_immediate_response_key,
+            fmt::format("{} is running as task {}; its result comes with tasks/result once it ends.", task->tool, task->id));
+    w.end_object().end_object();
+    reply(*request, w.take());
+}
+
+void Session::handle_task_request(std::shared_ptr<Request> request) {
+    const auto& method = request->method;
+    if (request->stateless && !request->tasks_extension) {
+        json::Writer data;
+        data.begin_object().key("requiredCapabilities").begin_object().key("extensions").begin_object();
+        data.key(tasks_extension).begin_object().end_object().end_object().end_object().end_object();
+        reply_error(*request, error_code::missing_client_capability,
+                    fmt::format("Missing required client capability: {} needs the {} extension in the request's capabilities",
+                                method, tasks_extension),
+                    data.str());
+        return;
+    }
+    auto era = request->stateless ? TaskEra::y2026 : TaskEra::y2025;
+    const auto& principal = request->peer.principal;
+    if (method == "tasks/list") {
+        std::string_view cursor;
+        if (!request->has_params || request->params["cursor"].get(cursor) != simdjson::SUCCESS) cursor = {};
+        std::string next;
+        std::vector<std::shared_ptr<Task>> page;
+        try {
+            page = tasks_->list(principal, std::string(cursor), next);
+        } catch (const std::invalid_argument&) {
+            reply_error(*request, error_code::invalid_params, "Invalid params: unknown cursor (pass the nextCursor of an earlier tasks/list)");
+            return;
+        }
+        json::Writer w;
+        w.begin_object().key("tasks").begin_array();
+        for (const auto& task : page) TaskStore::write(w, *task, era, false);
+        w.end_array();
+        if (!next.empty()) w.field("nextCursor", next);
+        w.end_object();
+        reply(*request, w.take());
+        return;
+    }
+    if (method != "tasks/get" && method != "tasks/cancel" && method != "tasks/result" && method != "tasks/update") {
+        reply_error(*request, error_code::method_not_found, fmt::format("Method not found: {}", method));
+        return;
+    }
+    std::string_view id;
+    if (!request->has_params || request->params["taskId"].get(id) != simdjson::SUCCESS) {
+        reply_error(*request, error_code::invalid_params, fmt::format("Invalid params: {} needs params.taskId (a string)", method));
+        return;
+    }
+    auto task = tasks_->find(principal, std::string(id));
+    if (!task) {
+        reply_error(*request, error_code::invalid_params,
+                    "Failed to retrieve task: Task not found (never created, expired, or another client's)");
+        return;
+    }
+    json::Writer w;
+    if (method == "tasks/get") {
+        TaskStore::write(w, *task, era, true);
+        reply(*request, w.take());
+    } else if (method == "tasks/update") {
+        reply(*request, "{}");  // no task of ours ever waits for input: nothing is outstanding
+    } else if (method == "tasks/cancel") {
+        bool cancelled = tasks_->cancel(task);
+        if (era == TaskEra::y2026) {
+            reply(*request, "{}");  // cancelling an ended task is acknowledged all the same
+        } else if (!cancelled) {
+            reply_error(*request, error_code::invalid_params,
+                        fmt::format("Invalid params: task {} has already ended; it cannot be cancelled", task->id));
+        } else {
+            TaskStore::write(w, *task, era, false);
+            reply(*request, w.take());
+        }
+    } else {
+        auto context = std::make_shared<RequestContext>(request->peer.send, std::string());
+        if (request->peer.gone) {
+            request->peer.gone->on_cancel([weak = std::weak_ptr<RequestContext>(context)] {
+                if (auto alive = weak.lock()) alive->cancellation()->cancel();
+            });
+        }
+        in_flight_[request->peer.scope + request->id] = context;
+        asio::co_spawn(executor_, task_result(std::move(request), std::move(task)), report_failure);
+    }
+}
+
+// tasks/result: waits for the end, then answers what the call would have.
+asio::awaitable<void> Session::task_result(std::shared_ptr<Request> request, std::shared_ptr<Task> task) {
+    auto context = in_flight_.at(request->peer.scope + request->id);
+    while (!task->terminal() && !context->cancelled()) {
+        co_await tasks_->wait(task, std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    }
+    in_flight_.erase(request->peer.scope + request->id);
+    if (context->cancelled()) {
+        settle(*request, {});
+        co_return;
+    }
+    if (task->state == Task::State::failed) {
+        reply_error(*request, task->error_code, task->error_message);
+    } else if (task->state == Task::State::cancelled) {
+        reply_error(*request, error_code::invalid_params, fmt::format("Invalid params: task {} was cancelled; it has no result", task->id));
+    } else {
+        auto result = task->result_json;
+        result.pop_back();
+        result += fmt::format(",\"_meta\":{{\"{}\":{{\"taskId\":\"{}\"}}}}}}", meta_related_task_key, task->id);
+        reply(*request, std::move(result));
     }
 }
 

@@ -23,6 +23,11 @@
 #include "mcp/tool.hpp"
 
 namespace cubicle::mcp {
+class TaskStore;
+struct Task;
+} // namespace cubicle::mcp
+
+namespace cubicle::mcp {
 
 namespace asio = boost::asio;
 
@@ -63,14 +68,19 @@ public:
     asio::awaitable<void> shutdown();
     std::size_t in_flight() const { return in_flight_.size(); }
 
-    // The tool list as sent in tools/list before 2026-07-28 (also used for golden tests).
-    std::string tools_json() const;
+    // The tool list as sent in tools/list before 2026-07-28 (also used for golden tests);
+    // `task_support`: with each tool's execution.taskSupport (2025-11-25).
+    std::string tools_json(bool task_support = false) const;
     // Off for HTTP: server-wide log lines name other clients' sandboxes.
     void set_forward_logs(bool forward) { forward_logs_ = forward; }
 
     // Serves resources/list, resources/templates/list and resources/read (and
     // announces the capability) from `provider`.
     void set_resources(ResourceProvider provider) { resources_ = std::move(provider); }
+    // Shares a task store with other Sessions (HTTP: tasks outlive an MCP
+    // session and are found by principal). Without one, the Session keeps its
+    // own and cancels its tasks on shutdown.
+    void set_tasks(std::shared_ptr<TaskStore> store);
 
 private:
     struct Request;
@@ -93,11 +103,18 @@ private:
     // Whether results may carry resource_link content (2025-06-18 and later).
     bool links_allowed(const Request& request) const;
     asio::awaitable<void> hold_subscription(std::shared_ptr<Request> request);
+    // Tasks (mcp/tasks.hpp): a call that becomes a task, and tasks/*.
+    void start_task(std::shared_ptr<Request> request, const Tool& tool, std::optional<std::int64_t> ttl_ms);
+    asio::awaitable<void> answer_task_call(std::shared_ptr<Request> request, std::shared_ptr<Task> task,
+                                           std::shared_ptr<bool> outlet);
+    void handle_task_request(std::shared_ptr<Request> request);
+    asio::awaitable<void> task_result(std::shared_ptr<Request> request, std::shared_ptr<Task> task);
+    bool tasks_negotiated() const;
 
     enum class Caching { none, cacheable };
     // `extra_meta`: serialized members for a stateless result's _meta, beside the server's identity.
     void reply(const Request& request, std::string result_json, Caching caching = Caching::none,
-               std::string_view extra_meta = {});
+               std::string_view extra_meta = {}, std::string_view result_type = "complete");
     void reply_error(const Request& request, int code, std::string_view message, std::string_view data_json = {});
     // Delivers a response, or records that none will come (empty `message`):
     // directly, or into the batch the request came in.
@@ -108,6 +125,8 @@ private:
     std::string server_info_json_;  // the Implementation object that names this server
     std::vector<Tool> tools_;
     std::optional<ResourceProvider> resources_;
+    std::shared_ptr<TaskStore> tasks_;
+    bool owns_tasks_ = true;
     std::function<void(std::string)> send_;
     std::map<std::string, std::shared_ptr<RequestContext>> in_flight_;  // by serialized id
     bool shutting_down_ = false;
@@ -127,6 +146,8 @@ inline constexpr int internal_error = -32603;
 inline constexpr int resource_not_found = -32002;
 // 2026-07-28: the request names a revision this server does not serve.
 inline constexpr int unsupported_protocol_version = -32022;
+// 2026-07-28: the request lacks a client capability (an extension) the method needs.
+inline constexpr int missing_client_capability = -32021;
 } // namespace error_code
 
 } // namespace cubicle::mcp

@@ -90,6 +90,8 @@ struct Tool {
     bool idempotent = false;
     bool open_world = false;
     ToolHandler handler;
+    // May run as an MCP task (execution.taskSupport "optional"): long work that outlives its request.
+    bool task_support = false;
 };
 
 } // namespace cubicle::mcp

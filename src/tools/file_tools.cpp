@@ -385,6 +385,39 @@ asio::awaitable<FileHead> read_workspace_file(std::shared_ptr<Sandbox> box, std:
 
 std::string image_mime_of(std::string_view path, std::string_view data) { return image_mime(path, data); }
 
+asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::shared_ptr<Sandbox> box, double since) {
+    // Bounded: stops after max_changed_links + 1 names, skips the trees that
+    // hold thousands of files nobody asked about, and gives up after the
+    // script timeout (a partial list is still a list).
+    std::string script = R"SH(
+        find "$1" -xdev \( -path "$1/.cubicle" -o -name node_modules -o -name .git -o -name __pycache__ -o -name .venv \) -prune \
+            -o -type f -newermt "@$2" -printf '%P\0' 2>/dev/null | head -z -n "$3"; true)SH";
+    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_changed_links + 1)};
+    sandbox::ExecResult listing;
+    try {
+        listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
+    } catch (const ToolError&) {
+        co_return;  // links are a convenience: a slow or failed listing costs the result nothing
+    }
+    std::vector<std::string> paths;
+    std::string_view rest = listing.stdout_text;
+    while (!rest.empty()) {
+        auto end = rest.find('\0');
+        if (end == std::string_view::npos) break;  // cut short: not a whole name
+        if (end > 0) paths.emplace_back(rest.substr(0, end));
+        rest = rest.substr(end + 1);
+    }
+    bool more = paths.size() > max_changed_links;
+    if (more) paths.resize(max_changed_links);
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        auto description = std::string("created or changed by this run");
+        if (more && i + 1 == paths.size()) {
+            description += fmt::format("; more files changed than the {} linked here (list_files shows them)", max_changed_links);
+        }
+        result.links.push_back({sandbox_uri(box->id(), paths[i]), json::sanitize_utf8(paths[i]), "", std::move(description)});
+    }
+}
+
 asio::awaitable<CollectedFigures> collect_figures(Env env, std::shared_ptr<Sandbox> box, std::string dir, int count) {
     constexpr std::size_t max_images = 4;
     constexpr std::uint64_t max_image_bytes = 1 << 20;

@@ -359,6 +359,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     w.begin_object().field("run_id", run_id);
     write_output(w, watch->out, watch->err, budget, home, result.status.truncated);
     add_output_links(tool_result, *box, home, watch->out, watch->err);
+    if (!home.dir.empty() && box->alive()) co_await add_changed_file_links(tool_result, box, started);
     write_status_fields(w, result);
     w.field("duration_ms", static_cast<double>(result.status.duration_us / 100) / 10.0);
     w.field("state_lost", result.state_lost);
@@ -407,6 +408,8 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
     ToolResult tool_result;
     w.begin_object().key("results").begin_array();
     std::size_t left = commands->size();
+    auto started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    bool saved = false;
     for (auto& command : *commands) {
         if (context->cancelled()) break;
         auto request = sandbox::shell_command(command);
@@ -432,7 +435,9 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
         budget = budget > used ? budget - used : 0;
         w.raw(entry.str());
         add_output_links(tool_result, *box, home, watch->out, watch->err);
+        saved = saved || !home.dir.empty();
     }
+    if (saved && box->alive()) co_await add_changed_file_links(tool_result, box, started);
     w.end_array().end_object();
     tool_result.structured = w.take();
     co_return tool_result;
@@ -625,6 +630,7 @@ std::vector<mcp::Tool> tools_of(Env env) {
                                        R"("run_id")"),
         .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
         .handler = bind<execute_code>(env),
+        .task_support = true,
     });
 
     tools.push_back({
@@ -649,6 +655,7 @@ std::vector<mcp::Tool> tools_of(Env env) {
                                        ""),
         .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
         .handler = bind<run_command>(env),
+        .task_support = true,
     });
 
     tools.push_back({

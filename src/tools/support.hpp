@@ -75,6 +75,11 @@ struct CollectedImage {
 // (unix seconds), at most 5 of at most 2 MiB each.
 boost::asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<sandbox::Sandbox> box, double since);
 
+// Adds resource_link content for workspace files modified after `since` (unix
+// seconds): at most max_changed_links, the last one saying when there were more.
+inline constexpr std::size_t max_changed_links = 10;
+boost::asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::shared_ptr<sandbox::Sandbox> box, double since);
+
 // The figures a Python cell saved (figure-1.png … in `dir`, absolute): the
 // first `max_images` of at most `max_bytes` as images, the paths of the rest.
 struct CollectedFigures {

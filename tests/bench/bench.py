@@ -730,6 +730,33 @@ class Bench:
                 first.na = "no progress notification arrived"
         await self.stop(s, sid)
 
+    async def section_flood_first_byte(self, s: Server) -> None:
+        """A flood's first byte: written in the container -> progress at the client (coalescing must not hold it)."""
+        row = self.row("flood_first_byte", "9", "flood: first byte written in container → progress notification at client")
+        size = self.row("flood_first_byte_result", "9", "flood after a timestamp (50 MB): result size", unit="bytes")
+        code = ("import sys, time\nsys.stdout.write(repr(time.time()) + '\\n'); sys.stdout.flush()\n"
+                "w = sys.stdout.write\nfor i in range(3_400_000): w('line %09d\\n' % i)\n")
+        sid = await self.new_sandbox(s)
+        self.log("section 9: first byte of a flood")
+        for _ in range(1 if self.args.quick else 3):
+            first: list[tuple[float, str]] = []
+            r = await s.call("execute_code", {"code": code, "sandbox_id": sid, "fresh": True, "timeout_s": 120},
+                             on_progress=lambda _t, wall, p: first.append((wall, p.get("message", ""))) if not first else None,
+                             timeout=180)
+            if r.error or not first:
+                row.na = f"run failed: {short(r.error)}" if r.error else "no progress notification arrived"
+                continue
+            try:
+                row.samples.append((first[0][0] - float(first[0][1].splitlines()[0])) * 1000.0)
+            except (ValueError, IndexError):
+                self.problems.append(f"flood first byte: the first notification did not start with the timestamp: {short(first[0][1])}")
+            wire = len(json.dumps(r.msg, separators=(",", ":")).encode())
+            size.samples.append(float(wire))
+            size.value = f"{wire} B"
+        row.target = "< 5 ms"
+        row.checks.append(bool(row.samples) and median(row.samples) < 5.0)
+        await self.stop(s, sid)
+
     # -- 5: concurrency ---------------------------------------------------------------
 
     async def section_concurrency(self, s: Server) -> None:
@@ -1199,6 +1226,7 @@ class Bench:
                 await guarded("4", self.section_delay(plain))
                 await guarded("5", self.section_concurrency(plain))
                 await guarded("9", self.section_floods(plain))
+                await guarded("9", self.section_flood_first_byte(plain))
                 await plain.close()
                 mem = await self.server("memory", no_pool)
                 await guarded("6", self.section_memory(mem))
@@ -1222,7 +1250,8 @@ class Bench:
         order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
                  "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100", "shutdown_100",
                  "http_pair_stdio", "http_stateful", "http_tput", "http_idle",
-                 *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first"))]
+                 *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first")),
+                 "flood_first_byte", "flood_first_byte_result"]
         order += [f"lang_{kind}_{language}" for language in LANGUAGE_PROGRAMS for kind in ("first", "again")]
         rows = [self.results[k] for k in order if k in self.results]
 

@@ -123,7 +123,7 @@ std::vector<Tool> fake_tools() {
                          .open_world = true, .handler = crash_tool});
     tools.push_back(Tool{.name = "wait", .title = "Wait", .description = "Waits until cancelled",
                          .input_schema = pretty_input_schema, .output_schema = pretty_output_schema,
-                         .handler = wait_tool});
+                         .handler = wait_tool, .task_support = true});
     return tools;
 }
 
@@ -1055,5 +1055,101 @@ TEST_F(BatchTest, CancelledElementIsLeftOut) {
     EXPECT_EQ(responses.count("6"), 1u);
 }
 
+// ---------------------------------------------------------------- tasks
+
+class TaskTest : public SessionTest {
+protected:
+    void handshake(const std::string& version) {
+        call("0", "initialize", R"({"protocolVersion":")" + version + R"(","capabilities":{},"clientInfo":{"name":"t","version":"0"}})");
+    }
+    std::string task_status(const std::string& id_json, const std::string& task_id) {
+        return str(call(id_json, "tasks/get", R"({"taskId":")" + task_id + R"("})").result()["status"]);
+    }
+    static constexpr const char* stateless_meta =
+        R"("_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}})";
+};
+
+TEST_F(TaskTest, CapabilityAndToolSupportFrom2025_11_25) {
+    handshake("2025-11-25");
+    auto init = response("0")->result();
+    EXPECT_FALSE(init["capabilities"]["tasks"]["requests"]["tools"]["call"].error());
+    simdjson::dom::array tools;
+    ASSERT_EQ(call("1", "tools/list").result()["tools"].get(tools), simdjson::SUCCESS);
+    for (auto tool : tools) {
+        std::string name = str(tool["name"]);
+        EXPECT_EQ(!tool["execution"].error(), name == "wait") << name;
+    }
+    // A tool without task support refuses a task.
+    expect_error(call("2", "tools/call", R"({"name":"echo","arguments":{},"task":{}})"), "2", error_code::method_not_found);
+}
+
+TEST_F(TaskTest, TaskRunsToCompletionAndGivesItsResult) {
+    handshake("2025-11-25");
+    auto created = call("1", "tools/call", R"({"name":"wait","arguments":{"ms":100},"task":{"ttl":5000}})").result()["task"];
+    std::string id = str(created["taskId"]);
+    EXPECT_EQ(str(created["status"]), "working");
+    std::int64_t ttl = 0;
+    EXPECT_EQ(created["ttl"].get(ttl), simdjson::SUCCESS);
+    EXPECT_EQ(ttl, 5000);
+    const auto& result = call("2", "tasks/result", R"({"taskId":")" + id + R"("})");
+    EXPECT_TRUE(boolean(result.result()["structuredContent"]["waited"])) << result.text;
+    EXPECT_EQ(str(result.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]), id);
+    EXPECT_EQ(task_status("3", id), "completed");
+    EXPECT_EQ(notifications("notifications/tasks/status").size(), 1u);
+    expect_error(call("4", "tasks/cancel", R"({"taskId":")" + id + R"("})"), "4", error_code::invalid_params);
+}
+
+TEST_F(TaskTest, CancelStopsTheCall) {
+    handshake("2025-11-25");
+    std::string id = str(call("1", "tools/call", R"({"name":"wait","arguments":{"ms":10000},"task":{}})").result()["task"]["taskId"]);
+    EXPECT_TRUE(run_until([] { return tool_log.wait_started == 1; }));
+    EXPECT_EQ(str(call("2", "tasks/cancel", R"({"taskId":")" + id + R"("})").result()["status"]), "cancelled");
+    EXPECT_TRUE(run_until([] { return tool_log.wait_saw_cancel == 1; }));
+    EXPECT_EQ(task_status("3", id), "cancelled");
+}
+
+TEST_F(TaskTest, AnotherPrincipalFindsNothing) {
+    handshake("2025-11-25");
+    std::string id = str(call("1", "tools/call", R"({"name":"wait","arguments":{"ms":10000},"task":{}})").result()["task"]["taskId"]);
+    std::vector<std::string> theirs;
+    Peer other{.send = [&theirs](std::string m) { theirs.push_back(std::move(m)); }, .principal = "mallory"};
+    for (std::string method : {"tasks/get", "tasks/cancel", "tasks/result"}) {
+        session_->handle_message(R"({"jsonrpc":"2.0","id":9,"method":")" + method + R"(","params":{"taskId":")" + id + R"("}})", other);
+        EXPECT_TRUE(run_until([&] { return !theirs.empty(); }));
+        EXPECT_NE(theirs.back().find("-32602"), std::string::npos) << theirs.back();
+        theirs.clear();
+    }
+    session_->handle_message(R"({"jsonrpc":"2.0","id":10,"method":"tasks/list"})", other);
+    EXPECT_TRUE(run_until([&] { return !theirs.empty(); }));
+    EXPECT_NE(theirs.back().find(R"("tasks":[])"), std::string::npos) << theirs.back();
+    EXPECT_EQ(task_status("3", id), "working");
+    call("4", "tasks/cancel", R"({"taskId":")" + id + R"("})");
+}
+
+TEST_F(TaskTest, NoTaskBefore2025_11_25) {
+    handshake("2025-06-18");
+    const auto& m = call("1", "tools/call", R"({"name":"wait","arguments":{"ms":1},"task":{}})");
+    EXPECT_TRUE(m.result()["task"].error()) << m.text;
+    EXPECT_TRUE(boolean(m.result()["structuredContent"]["waited"]));
+    expect_error(call("2", "tasks/list"), "2", error_code::method_not_found);
+}
+
+TEST_F(TaskTest, ExtensionMakesSlowCallsTasks) {
+    const auto& quick = call("1", "tools/call", std::string(R"({"name":"wait","arguments":{"ms":1},)") + stateless_meta + "}");
+    EXPECT_EQ(str(quick.result()["resultType"]), "complete") << quick.text;
+    const auto& slow = call("2", "tools/call", std::string(R"({"name":"wait","arguments":{"ms":1500},)") + stateless_meta + "}");
+    EXPECT_EQ(str(slow.result()["resultType"]), "task") << slow.text;
+    std::string id = str(slow.result()["taskId"]);
+    EXPECT_TRUE(run_until([] { return tool_log.wait_finished == 2; }));
+    const auto& got = call("3", "tasks/get", R"({"taskId":")" + id + R"(",)" + stateless_meta + "}");
+    EXPECT_EQ(str(got.result()["status"]), "completed") << got.text;
+    EXPECT_TRUE(boolean(got.result()["result"]["structuredContent"]["waited"]));
+    // Without the extension in the request: refused with -32021.
+    const auto& refused = call("4", "tasks/get", R"({"taskId":")" + id +
+        R"(","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}})");
+    expect_error(refused, "4", error_code::missing_client_capability);
+}
+
 } // namespace
 } // namespace cubicle::mcp
+
