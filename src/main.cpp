@@ -123,13 +123,15 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
     manager.set_sandboxes_per_owner(static_cast<std::size_t>(config.client_max_sandboxes));
     auto metrics = std::make_shared<mcp::Metrics>();
     auto quotas = std::make_shared<auth::Quotas>(auth::QuotaSettings{config.client_calls_per_minute, config.client_max_executions});
-    auto tools = mcp::metered_tools(tools::sandbox_tools(manager, docker, config), quotas, metrics);
+    auto services = tools::sandbox_services(manager, docker, config);
+    auto tools = mcp::metered_tools(std::move(services.tools), quotas, metrics);
     auto tasks = std::make_shared<mcp::TaskStore>(io.get_executor());  // shared: a task is its principal's, not its session's
-    auto make_session = [&io, tools, tasks] {
+    auto make_session = [&io, tools, tasks, resources = std::move(services.resources)] {
         auto session = std::make_unique<mcp::Session>(io.get_executor(), mcp::ServerInfo{"cubicle", CUBICLE_VERSION, std::string(instructions)},
                                                       tools, [](std::string) {});
         session->set_forward_logs(false);
         session->set_tasks(tasks);
+        session->set_resources(resources);
         return session;
     };
     mcp::HttpAuth http_auth;
