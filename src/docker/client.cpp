@@ -201,8 +201,8 @@ struct Client::Impl {
     asio::awaitable<Socket> open() { co_return co_await transport->open(deadlines.connect); }
 
     // ec's message, with what the transport knows of the broken connection (ssh's stderr).
-    asio::awaitable<std::string> why(const Socket& socket, boost::system::error_code ec) {
-        auto note = co_await transport->explain(socket);
+    asio::awaitable<std::string> why(int connection, boost::system::error_code ec) {
+        auto note = co_await transport->explain(connection);
         co_return note.empty() ? ec.message() : ec.message() + "; " + note;
     }
 
@@ -264,7 +264,7 @@ asio::awaitable<void> Client::connect() {
     auto exchange = co_await impl_->exchange(std::move(socket), std::move(req), 1 << 20, std::move(what));
     const auto& res = exchange.response;
     if (exchange.error) {
-        auto why = co_await impl_->why(exchange.socket, exchange.error);
+        auto why = co_await impl_->why(exchange.socket.native_handle(), exchange.error);
         throw Error(0, fmt::format("the Docker daemon at {} ({}) did not answer /_ping: {}", impl_->endpoint.describe(), impl_->endpoint.source, why));
     }
     if (res.result_int() != 200) throw Error(res.result_int(), fmt::format("the Docker daemon at {} answered /_ping with HTTP {}", impl_->endpoint.describe(), res.result_int()));
@@ -307,7 +307,7 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
         if (ec) {
             // An idle keep-alive connection the daemon closed: try once on a fresh one.
             if (reused && attempt == 0) continue;
-            auto why = co_await impl_->why(exchange.socket, ec);
+            auto why = co_await impl_->why(exchange.socket.native_handle(), ec);
             throw Error(0, fmt::format("{} {}: connection to the Docker daemon at {} failed: {}", method, target,
                                        impl_->endpoint.describe(), why));
         }
@@ -397,7 +397,7 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
     auto [wec, wn] = co_await http::async_write(socket, req, use_tuple);
     if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not take the request", impl_->deadlines.step));
     if (wec) {
-        auto why = co_await impl_->why(socket, wec);
+        auto why = co_await impl_->why(socket.native_handle(), wec);
         throw Error(0, fmt::format("{} failed: {}", what, why));
     }
     beast::flat_buffer buffer;
@@ -406,7 +406,7 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
     auto [rec, rn] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
     if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not answer", impl_->deadlines.step));
     if (rec) {
-        auto why = co_await impl_->why(socket, rec);
+        auto why = co_await impl_->why(socket.native_handle(), rec);
         throw Error(0, fmt::format("{} failed: {}", what, why));
     }
     unsigned status = parser.get().result_int();

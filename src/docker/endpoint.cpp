@@ -59,7 +59,7 @@ std::string read_file(const fs::path& path) {
     return out.str();
 }
 
-bool exists(const fs::path& path) {
+bool is_file(const fs::path& path) {
     std::error_code ec;
     return fs::is_regular_file(path, ec);
 }
@@ -77,8 +77,8 @@ void apply_tls_settings(Endpoint& endpoint, const EndpointSettings& settings) {
     std::string_view dir_origin = settings.cert_path.empty() ? "the docker config directory (DOCKER_CONFIG)" : "DOCKER_CERT_PATH";
     endpoint.tls.enabled = true;
     endpoint.tls.verify = settings.tls_verify;
-    if (exists(dir / "ca.pem")) endpoint.tls.ca = dir / "ca.pem";
-    bool cert = exists(dir / "cert.pem"), key = exists(dir / "key.pem");
+    if (is_file(dir / "ca.pem")) endpoint.tls.ca = dir / "ca.pem";
+    bool cert = is_file(dir / "cert.pem"), key = is_file(dir / "key.pem");
     if (cert != key) {
         throw std::invalid_argument(fmt::format("{} ({}) has {} but not {}: a client certificate needs both", dir_origin, dir.string(),
                                                 cert ? "cert.pem" : "key.pem", cert ? "key.pem" : "cert.pem"));
@@ -94,7 +94,7 @@ Endpoint from_context(std::string_view name, std::string_view name_origin, const
     auto id = context_id(name);
     auto meta_path = root / "meta" / id / "meta.json";
     std::string what = fmt::format("docker context '{}' (from {})", name, name_origin);
-    if (!exists(meta_path)) {
+    if (!is_file(meta_path)) {
         throw std::invalid_argument(fmt::format("{} does not exist: no {} (docker context ls lists the contexts)", what, meta_path.string()));
     }
     json::Document doc;
@@ -109,7 +109,7 @@ Endpoint from_context(std::string_view name, std::string_view name_origin, const
     }
     if (docker["SkipTLSVerify"].get(skip_verify) != simdjson::SUCCESS) skip_verify = false;
     auto tls_dir = root / "tls" / id / "docker";
-    bool ca = exists(tls_dir / "ca.pem"), cert = exists(tls_dir / "cert.pem"), key = exists(tls_dir / "key.pem");
+    bool ca = is_file(tls_dir / "ca.pem"), cert = is_file(tls_dir / "cert.pem"), key = is_file(tls_dir / "key.pem");
     // As for the docker CLI: TLS when the context holds TLS material or skips verification.
     bool tls = ca || cert || key || skip_verify;
     auto endpoint = parse_docker_host(host, what, tls ? "2376" : "2375");
@@ -214,7 +214,7 @@ Endpoint resolve_endpoint(const EndpointSettings& settings) {
         std::string name = settings.context, origin = "DOCKER_CONTEXT";
         if (name.empty()) {
             auto config_file = fs::path(settings.config_dir) / "config.json";
-            if (exists(config_file)) {
+            if (is_file(config_file)) {
                 json::Document doc;
                 if (auto error = doc.parse(read_file(config_file))) {
                     throw std::invalid_argument(fmt::format("{} is not valid JSON: {}", config_file.string(), *error));

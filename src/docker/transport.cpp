@@ -362,8 +362,8 @@ public:
         co_return as_generic(ours);
     }
 
-    asio::awaitable<std::string> explain(const Socket& socket) override {
-        co_return co_await wait_for(links_.find(socket.native_handle()), std::chrono::milliseconds(200));
+    asio::awaitable<std::string> explain(int connection) override {
+        co_return co_await wait_for(links_.find(connection), std::chrono::milliseconds(200));
     }
 
 private:
@@ -497,8 +497,8 @@ public:
         co_return as_generic(ours);
     }
 
-    asio::awaitable<std::string> explain(const Socket& socket) override {
-        co_return co_await wait_for(links_.find(socket.native_handle()), std::chrono::seconds(2));
+    asio::awaitable<std::string> explain(int connection) override {
+        co_return co_await wait_for(links_.find(connection), std::chrono::seconds(2));
     }
 
     std::size_t children() const override { return children_->live.size(); }
@@ -511,7 +511,7 @@ private:
 
 } // namespace
 
-asio::awaitable<std::string> Transport::explain(const Socket&) { co_return std::string(); }
+asio::awaitable<std::string> Transport::explain(int) { co_return std::string(); }
 
 std::unique_ptr<Transport> Transport::make(asio::any_io_executor, const Endpoint& endpoint) {
     switch (endpoint.kind) {

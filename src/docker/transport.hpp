@@ -31,10 +31,11 @@ public:
     // A new connection, set up within `deadline`. Throws docker::Error saying why not.
     virtual boost::asio::awaitable<Socket> open(std::chrono::milliseconds deadline) = 0;
 
-    // What broke `socket`'s connection when the transport knows more than the socket
-    // ("ssh exited with status 255: ...", a TLS alert); empty when it does not. Waits
-    // briefly for a dying ssh to finish telling.
-    virtual boost::asio::awaitable<std::string> explain(const Socket& socket);
+    // What broke the connection on descriptor `connection` (an open()ed socket's
+    // native handle) when the transport knows more than the socket ("ssh exited with
+    // status 255: ...", a TLS alert); empty when it does not. Waits briefly for a
+    // dying ssh to finish telling.
+    virtual boost::asio::awaitable<std::string> explain(int connection);
 
     // Child processes (ssh) still running, for tests and doctor.
     virtual std::size_t children() const { return 0; }
