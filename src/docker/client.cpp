@@ -203,7 +203,7 @@ struct Client::Impl {
     // ec's message, with what the transport knows of the broken connection (ssh's stderr).
     asio::awaitable<std::string> why(int connection, boost::system::error_code ec) {
         auto note = co_await transport->explain(connection);
-        co_return note.empty() ? ec.message() : ec.message() + "; " + note;
+        co_return note.empty() ? ec.message() : note + " (" + ec.message() + ")";
     }
 
     // Sends `req` and reads the answer, each step within the deadline (the body's
@@ -254,8 +254,6 @@ Client::~Client() = default;
 const std::string& Client::api_version() const { return impl_->api_version; }
 
 const Endpoint& Client::endpoint() const { return impl_->endpoint; }
-
-std::size_t Client::transport_children() const { return impl_->transport->children(); }
 
 asio::awaitable<void> Client::connect() {
     auto socket = co_await impl_->open();

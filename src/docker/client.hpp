@@ -99,8 +99,6 @@ public:
     asio::awaitable<void> connect();
     const std::string& api_version() const;
     const Endpoint& endpoint() const;
-    // ssh processes carrying connections right now.
-    std::size_t transport_children() const;
 
     asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});
     asio::awaitable<void> start_container(std::string id);

@@ -501,8 +501,6 @@ public:
         co_return co_await wait_for(links_.find(connection), std::chrono::seconds(2));
     }
 
-    std::size_t children() const override { return children_->live.size(); }
-
 private:
     Endpoint endpoint_;
     std::shared_ptr<SshChildren> children_;

@@ -36,9 +36,6 @@ public:
     // status 255: ...", a TLS alert); empty when it does not. Waits briefly for a
     // dying ssh to finish telling.
     virtual boost::asio::awaitable<std::string> explain(int connection);
-
-    // Child processes (ssh) still running, for tests and doctor.
-    virtual std::size_t children() const { return 0; }
 };
 
 } // namespace cubicle::docker
