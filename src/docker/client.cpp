@@ -272,6 +272,8 @@ asio::awaitable<void> Client::connect() {
         throw Error(0, fmt::format("the Docker daemon speaks API {}, cubicle needs {} or newer (Docker 20.10+)", version, min_api));
     }
     impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
+    // Kept for the next request: over ssh a new connection costs a handshake.
+    if (exchange.reusable && impl_->idle.size() < max_idle_connections) impl_->idle.push_back(std::move(exchange.socket));
 }
 
 asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
