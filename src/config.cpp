@@ -91,7 +91,7 @@ const std::vector<Option>& options() {
         {"--default-image", "CUBICLE_DEFAULT_IMAGE", "IMAGE", "image for sandboxes that name none",
          [](Config& c, std::string_view v) { c.default_image = v; }},
         {"--docker-host", "DOCKER_HOST", "URL",
-         "Docker daemon: unix:///path, tcp://host:port or ssh://[user@]host[:port] (default: DOCKER_CONTEXT, the current docker context, "
+         "Docker daemon: unix:///path, tcp://host:port or ssh://user@host:port (default: DOCKER_CONTEXT, the current docker context, "
          "the local socket)",
          [](Config& c, std::string_view v) { c.docker_host = v; }},
         {"--docker-tls", "DOCKER_TLS", "", "use TLS to a tcp:// daemon without checking its certificate",
