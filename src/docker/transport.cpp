@@ -98,7 +98,8 @@ private:
 // Waits up to `limit` for the link to end; returns what it found.
 asio::awaitable<std::string> wait_for(std::shared_ptr<LinkState> link, std::chrono::milliseconds limit) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (auto waited = std::chrono::milliseconds(0); link && !link->done && waited < limit; waited += std::chrono::milliseconds(20)) {
+    for (auto waited = std::chrono::milliseconds(0); link && !link->done && link->failure.empty() && waited < limit;
+         waited += std::chrono::milliseconds(20)) {
         timer.expires_after(std::chrono::milliseconds(20));
         co_await timer.async_wait(use_tuple);
     }
@@ -220,7 +221,7 @@ struct TlsLink {
 
 // Client -> daemon: the client's half-close becomes close_notify.
 asio::awaitable<void> relay_up(std::shared_ptr<TlsLink> link) {
-    std::vector<char> buffer(64 * 1024);
+    std::vector<char> buffer(16 * 1024);  // a TLS record at most
     SSL* ssl = link->ssl.get();
     for (;;) {
         auto [ec, n] = co_await link->pair.async_read_some(asio::buffer(buffer), use_tuple);
@@ -247,34 +248,44 @@ asio::awaitable<void> relay_up(std::shared_ptr<TlsLink> link) {
             }
             int error = SSL_get_error(ssl, r);
             if ((error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) && co_await link->wait(error)) continue;
-            link->note("TLS write failed: " + (error == SSL_ERROR_SSL ? openssl_error() : std::string("the connection broke")));
+            if (error == SSL_ERROR_SSL) link->note("TLS write failed: " + openssl_error());
             failed = true;
         }
-        if (failed) {
-            boost::system::error_code ignored;
-            link->pair.shutdown(asio::socket_base::shutdown_both, ignored);
-            break;
-        }
+        // The other direction reads why (an alert) and ends the client's stream.
+        if (failed) break;
     }
     link->finish_one();
 }
 
 // Daemon -> client: close_notify (or the end of the TCP stream) becomes a half-close.
 asio::awaitable<void> relay_down(std::shared_ptr<TlsLink> link) {
-    std::vector<char> buffer(64 * 1024);
+    std::vector<char> buffer(16 * 1024);  // a TLS record at most
     SSL* ssl = link->ssl.get();
+    bool answered = false;
     for (;;) {
         ERR_clear_error();
         std::size_t n = 0;
         int r = SSL_read_ex(ssl, buffer.data(), buffer.size(), &n);
         if (r == 1) {
+            answered = true;
             auto [ec, written] = co_await asio::async_write(link->pair, asio::buffer(buffer.data(), n), use_tuple);
             if (ec) break;
             continue;
         }
         int error = SSL_get_error(ssl, r);
         if ((error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) && co_await link->wait(error)) continue;
-        if (error == SSL_ERROR_SSL) link->note("TLS: " + openssl_error());
+        if (error == SSL_ERROR_SSL) {
+            auto reason = openssl_error();
+            // TLS 1.3 reports a refused client certificate only after the handshake.
+            bool refused = reason.find("alert") != std::string::npos;
+            link->note(refused ? fmt::format("TLS: the daemon refused this client ({}): it may want a client certificate "
+                                             "(cert.pem and key.pem beside ca.pem)", reason)
+                               : "TLS: " + reason);
+        } else if ((error == SSL_ERROR_SYSCALL || error == SSL_ERROR_ZERO_RETURN) && !answered) {
+            // A reset can drop the alert that said why (TLS 1.3 refuses client certificates late).
+            link->note("TLS: the daemon dropped the connection before answering: it may refuse this client "
+                       "(no client certificate, or one its CA did not sign)");
+        }
         break;
     }
     boost::system::error_code ignored;
@@ -363,7 +374,7 @@ public:
     }
 
     asio::awaitable<std::string> explain(int connection) override {
-        co_return co_await wait_for(links_.find(connection), std::chrono::milliseconds(200));
+        co_return co_await wait_for(links_.find(connection), std::chrono::milliseconds(500));
     }
 
 private:

@@ -132,6 +132,18 @@ async def test_tls_with_a_wrong_ca_is_refused(tmp_path):
             await srv.session.send_ping()
 
 
+async def test_tls_without_a_client_certificate_says_why(tmp_path):
+    with tls_engine(tmp_path) as env:
+        ca_only = tmp_path / "ca-only"
+        ca_only.mkdir()
+        shutil.copy(Path(env["DOCKER_CERT_PATH"]) / "ca.pem", ca_only / "ca.pem")
+        async with server({**env, "DOCKER_CERT_PATH": str(ca_only)}, "engine-tls-no-client-cert") as srv:
+            kind, error = await srv.tool_error("execute_code", {"code": "print(1)"})
+            text = str(error)
+            assert "TLS" in text and "certificate" in text, text
+            await srv.session.send_ping()
+
+
 def write_context(config_dir: Path, name: str, host: str, tls_dir: Path | None = None) -> None:
     import hashlib
 
