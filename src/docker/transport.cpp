@@ -79,20 +79,19 @@ struct LinkState {
     bool done = false;
 };
 
-// Remembers each connection's link by the client end's descriptor, for explain().
+// Remembers each connection's link by the client end's descriptor, for explain(),
+// also after the link has ended (that is when it is asked); a descriptor number
+// used again replaces the entry, so there are never more than open descriptors.
 class Links {
 public:
-    void add(int fd, std::shared_ptr<LinkState> link) {
-        std::erase_if(links_, [](const auto& entry) { return entry.second.expired(); });
-        links_[fd] = std::move(link);
-    }
+    void add(int fd, std::shared_ptr<LinkState> link) { links_[fd] = std::move(link); }
     std::shared_ptr<LinkState> find(int fd) const {
         auto it = links_.find(fd);
-        return it == links_.end() ? nullptr : it->second.lock();
+        return it == links_.end() ? nullptr : it->second;
     }
 
 private:
-    std::map<int, std::weak_ptr<LinkState>> links_;
+    std::map<int, std::shared_ptr<LinkState>> links_;
 };
 
 // Waits up to `limit` for the link to end; returns what it found.
