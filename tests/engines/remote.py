@@ -121,8 +121,8 @@ def ssh_engine(tmp_path: Path) -> Iterator[dict[str, str]]:
     _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
     config = ssh_client_config(directory, port)
     (directory / "authorized_keys").write_text((directory / "id_ed25519.pub").read_text())
-    (directory / "known_hosts").write_text(f"[127.0.0.1]:{port} {(directory / 'host_ed25519.pub').read_text().split(' ')[0]} "
-                                           f"{(directory / 'host_ed25519.pub').read_text().split(' ')[1]}\n")
+    key_type, key_data = (directory / "host_ed25519.pub").read_text().split()[:2]
+    (directory / "known_hosts").write_text(f"[127.0.0.1]:{port} {key_type} {key_data}\n")
     docker_dir = str(Path(tools["docker"]).parent)
     sshd_config = directory / "sshd_config"
     sshd_config.write_text(
