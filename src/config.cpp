@@ -72,6 +72,12 @@ std::string checked_egress_rule(std::string_view rule) {
     return std::string(rule);
 }
 
+// DOCKER_TLS and DOCKER_TLS_VERIFY as the docker CLI reads them: any value is on,
+// except one that plainly says no.
+bool docker_switch(std::string_view text) {
+    return !text.empty() && text != "0" && text != "false" && text != "no" && text != "off";
+}
+
 struct Option {
     std::string_view flag;     // --flag
     std::string_view env;      // CUBICLE_*
@@ -84,8 +90,18 @@ const std::vector<Option>& options() {
     static const std::vector<Option> table = {
         {"--default-image", "CUBICLE_DEFAULT_IMAGE", "IMAGE", "image for sandboxes that name none",
          [](Config& c, std::string_view v) { c.default_image = v; }},
-        {"--docker-host", "DOCKER_HOST", "URL", "Docker daemon: unix:///path or tcp://host:port",
+        {"--docker-host", "DOCKER_HOST", "URL",
+         "Docker daemon: unix:///path, tcp://host:port or ssh://user@host:port (default: DOCKER_CONTEXT, the current docker context, "
+         "the local socket)",
          [](Config& c, std::string_view v) { c.docker_host = v; }},
+        {"--docker-tls", "DOCKER_TLS", "", "use TLS to a tcp:// daemon without checking its certificate",
+         [](Config& c, std::string_view v) { c.docker_tls = docker_switch(v); }},
+        {"--docker-tls-verify", "DOCKER_TLS_VERIFY", "", "use TLS to a tcp:// daemon and check its certificate against ca.pem",
+         [](Config& c, std::string_view v) { c.docker_tls_verify = docker_switch(v); }},
+        {"--docker-cert-path", "DOCKER_CERT_PATH", "DIR", "ca.pem, cert.pem and key.pem for TLS (default: ~/.docker)",
+         [](Config& c, std::string_view v) { c.docker_cert_path = v; }},
+        {"--docker-ssh-config", "CUBICLE_DOCKER_SSH_CONFIG", "FILE", "ssh configuration file for ssh:// daemons (default: ~/.ssh/config)",
+         [](Config& c, std::string_view v) { c.docker_ssh_config = v; }},
         {"--docker-timeout-s", "CUBICLE_DOCKER_TIMEOUT_S", "N",
          "longest wait for each step of a Docker request (connect, send, answer, each pause in a body)",
          [](Config& c, std::string_view v) { c.docker_timeout_s = parse_number("--docker-timeout-s", v, 1, 3600); }},

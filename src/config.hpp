@@ -11,7 +11,11 @@ namespace cubicle {
 
 struct Config {
     std::string default_image = CUBICLE_DEFAULT_IMAGE_NAME;
-    std::string docker_host;  // empty: DOCKER_HOST or the local socket
+    std::string docker_host;  // empty: DOCKER_HOST, then the docker context, then the local socket
+    bool docker_tls = false;         // TLS to a tcp:// endpoint
+    bool docker_tls_verify = false;  // TLS, checking the daemon's certificate
+    std::string docker_cert_path;    // ca.pem, cert.pem, key.pem (empty: the docker config directory)
+    std::string docker_ssh_config;   // ssh -F for ssh:// endpoints (empty: the user's ~/.ssh/config)
     int docker_timeout_s = 30;  // per step of an Engine request; a stalled daemon fails calls instead of hanging them
     int memory_mb = 512;
     double cpus = 1.0;

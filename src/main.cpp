@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include <boost/asio/as_tuple.hpp>
@@ -58,8 +59,8 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             co_await docker.connect();
             manager.set_daemon_info(co_await docker.info());
             bool image_present = co_await manager.check_default_image();
-            log::info("cubicle {} serving on {}; Docker at {} (API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
-                      docker.endpoint().describe(), docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
+            log::info("cubicle {} serving on {}; Docker at {} ({}, API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
+                      docker.endpoint().describe(), docker.endpoint().source, docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
                       image_present ? manager.pool_size() : 0);
             co_await manager.remove_orphans();
             if (image_present) manager.start_pool();
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
 
     docker::Endpoint endpoint;
     try {
-        endpoint = docker::parse_docker_host(config.docker_host);
+        endpoint = docker::resolve_endpoint(docker::endpoint_settings(config));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cubicle: %s\n", e.what());
         return 2;
@@ -217,7 +218,14 @@ int main(int argc, char** argv) {
     asio::io_context io(1);
     std::chrono::milliseconds step = std::chrono::seconds(config.docker_timeout_s);
     docker::Deadlines deadlines{.connect = std::min<std::chrono::milliseconds>(step, docker::Deadlines{}.connect), .step = step};
-    docker::Client docker(io.get_executor(), endpoint, deadlines);
+    std::optional<docker::Client> client;
+    try {
+        client.emplace(io.get_executor(), endpoint, deadlines);
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "cubicle: %s\n", e.what());
+        return 2;
+    }
+    docker::Client& docker = *client;
     sandbox::Manager manager(io.get_executor(), docker, config);
     if (config.transport == "http") return serve_http(io, config, docker, manager);
     mcp::StdioTransport transport(io.get_executor(), STDIN_FILENO, STDOUT_FILENO);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include <boost/asio/this_coro.hpp>
@@ -52,13 +53,29 @@ std::string json_string(const std::string& body, const char* key) {
     return std::string(value);
 }
 
+// ", TLS with ca.pem, client certificate cert.pem" for doctor's endpoint line.
+std::string tls_summary(const docker::Endpoint& endpoint) {
+    if (!endpoint.tls.enabled) return {};
+    std::string out = endpoint.tls.verify ? fmt::format("; TLS, server checked against {}", endpoint.tls.ca.empty() ? "the system's CAs" : endpoint.tls.ca)
+                                          : "; TLS, server certificate NOT checked";
+    out += endpoint.tls.cert.empty() ? ", no client certificate" : ", client certificate " + endpoint.tls.cert;
+    return out;
+}
+
 // The fix for a daemon that cannot be reached, by what went wrong.
 std::string connection_fix(std::string_view error) {
     if (error.find("permission denied") != std::string_view::npos) {
         return "add your user to the docker group (sudo usermod -aG docker $USER, then log in again), "
                "or set DOCKER_HOST to a daemon you may use";
     }
-    return "start Docker (sudo systemctl start docker), or point --docker-host / DOCKER_HOST at a running daemon";
+    if (error.find("ssh") != std::string_view::npos) {
+        return "check that `ssh -o BatchMode=yes HOST docker system dial-stdio` works from this account (host, port, user, key, "
+               "docker on the remote PATH)";
+    }
+    if (error.find("TLS") != std::string_view::npos) {
+        return "check DOCKER_CERT_PATH (ca.pem, cert.pem, key.pem) against the daemon's certificates, or the docker context's TLS files";
+    }
+    return "start Docker (sudo systemctl start docker), or point --docker-host / DOCKER_HOST / DOCKER_CONTEXT at a running daemon";
 }
 
 // Reads the sandbox's own cgroup: memory limit (bytes), pids limit, CPU quota (CPUs).
@@ -131,13 +148,21 @@ asio::awaitable<int> doctor(CommandLine command_line) {
     Report report;
     auto executor = co_await asio::this_coro::executor;
     docker::Endpoint endpoint;
+    std::optional<docker::Client> client;
     try {
-        endpoint = docker::parse_docker_host(config.docker_host);
+        endpoint = docker::resolve_endpoint(docker::endpoint_settings(config));
+        client.emplace(executor, endpoint);
     } catch (const std::exception& e) {
-        report.fail(e.what(), "set DOCKER_HOST (or --docker-host) to unix:///path/to/docker.sock or tcp://host:port");
+        report.fail(e.what(), "set --docker-host / DOCKER_HOST to unix:///path/to/docker.sock, tcp://host:port or ssh://[user@]host[:port], "
+                              "or DOCKER_CONTEXT to an existing docker context");
         co_return report.status();
     }
-    docker::Client docker(executor, endpoint);
+    docker::Client& docker = *client;
+    report.pass(fmt::format("Docker endpoint {} ({}), from {}{}", endpoint.describe(), endpoint.kind_name(), endpoint.source, tls_summary(endpoint)));
+    if (endpoint.kind == docker::Endpoint::Kind::tcp && !endpoint.tls.enabled && endpoint.port == "2376") {
+        report.fail("plain tcp to port 2376, Docker's TLS port", "set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (or --docker-tls-verify) if the daemon expects TLS",
+                    false);
+    }
     try {
         co_await docker.connect();
         auto version = co_await docker.request("GET", "/version");

@@ -64,7 +64,7 @@ std::vector<image::Profile> selected(const std::vector<std::string>& names) {
 asio::awaitable<int> build(CommandLine command_line) {
     auto profiles = selected(std::vector<std::string>(command_line.words.begin() + 1, command_line.words.end()));
     auto executor = co_await asio::this_coro::executor;
-    auto endpoint = docker::parse_docker_host(command_line.config.docker_host);
+    auto endpoint = docker::resolve_endpoint(docker::endpoint_settings(command_line.config));
     docker::Client docker(executor, endpoint);
     co_await docker.connect();
     Config config = command_line.config;
@@ -86,7 +86,7 @@ asio::awaitable<int> build(CommandLine command_line) {
 
 asio::awaitable<int> list(CommandLine command_line) {
     auto executor = co_await asio::this_coro::executor;
-    docker::Client docker(executor, docker::parse_docker_host(command_line.config.docker_host));
+    docker::Client docker(executor, docker::resolve_endpoint(docker::endpoint_settings(command_line.config)));
     co_await docker.connect();
     auto suite = image::host_suite();
     std::printf("%-17s %-32s %-9s %8s  %s\n", "PROFILE", "IMAGE", "STATE", "SIZE", "CONTENTS");

@@ -13,8 +13,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -23,6 +21,8 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "docker/transport.hpp"
+#include "docker/watchdog.hpp"
 #include "common/log.hpp"
 
 namespace cubicle::docker {
@@ -86,43 +86,6 @@ std::string describe(std::chrono::milliseconds duration) {
     if (duration.count() % 1000 == 0) return fmt::format("{} s", duration.count() / 1000);
     return fmt::format("{} ms", duration.count());
 }
-
-// Runs `on_expire` (which cancels the I/O of a request) when a step outlives
-// its deadline. The timer's handler may run after the watchdog is gone, so
-// what it needs lives in shared state, and each arm() has its own generation:
-// a stale expiry never cancels a later step.
-class Watchdog {
-public:
-    Watchdog(asio::any_io_executor executor, std::function<void()> on_expire)
-        : state_(std::make_shared<State>(State{asio::steady_timer(std::move(executor)), std::move(on_expire)})) {}
-    ~Watchdog() {
-        state_->on_expire = nullptr;
-        state_->timer.cancel();
-    }
-    Watchdog(const Watchdog&) = delete;
-    Watchdog& operator=(const Watchdog&) = delete;
-
-    // Starts the clock for the next step.
-    void arm(std::chrono::milliseconds limit) {
-        auto generation = ++state_->generation;
-        state_->timer.expires_after(limit);
-        state_->timer.async_wait([state = state_, generation](boost::system::error_code ec) {
-            if (ec || generation != state->generation || !state->on_expire) return;
-            state->expired = true;
-            state->on_expire();
-        });
-    }
-    bool expired() const { return state_->expired; }
-
-private:
-    struct State {
-        asio::steady_timer timer;
-        std::function<void()> on_expire;
-        unsigned generation = 0;
-        bool expired = false;
-    };
-    std::shared_ptr<State> state_;
-};
 
 void cancel_io(Socket& socket) {
     boost::system::error_code ignored;
@@ -198,41 +161,6 @@ private:
 
 } // namespace
 
-std::string Endpoint::describe() const {
-    return kind == Kind::unix_socket ? "unix://" + path : "tcp://" + host + ":" + port;
-}
-
-Endpoint parse_docker_host(std::string_view docker_host) {
-    Endpoint endpoint;
-    if (docker_host.empty()) {
-        endpoint.path = "/var/run/docker.sock";
-        return endpoint;
-    }
-    if (docker_host.starts_with("unix://")) {
-        endpoint.path = std::string(docker_host.substr(7));
-        if (endpoint.path.empty()) throw std::invalid_argument("DOCKER_HOST unix:// needs a socket path");
-        return endpoint;
-    }
-    if (docker_host.starts_with("tcp://")) {
-        auto rest = docker_host.substr(6);
-        if (auto slash = rest.find('/'); slash != rest.npos) rest = rest.substr(0, slash);
-        endpoint.kind = Endpoint::Kind::tcp;
-        // An IPv6 address is bracketed: only a colon after the ']' starts the port.
-        auto host_end = rest.starts_with('[') ? rest.find(']') : std::string_view::npos;
-        auto colon = rest.find(':', host_end == std::string_view::npos ? 0 : host_end);
-        if (host_end == std::string_view::npos && rest.starts_with('[')) colon = std::string_view::npos;
-        endpoint.host = std::string(colon == rest.npos ? rest : rest.substr(0, colon));
-        endpoint.port = colon == rest.npos ? "2375" : std::string(rest.substr(colon + 1));
-        if (endpoint.host.starts_with('[') && endpoint.host.ends_with(']'))
-            endpoint.host = endpoint.host.substr(1, endpoint.host.size() - 2);
-        if (endpoint.host.empty()) throw std::invalid_argument("DOCKER_HOST tcp:// needs a host");
-        if (endpoint.port.empty()) throw std::invalid_argument("DOCKER_HOST tcp:// has an empty port");
-        return endpoint;
-    }
-    throw std::invalid_argument(fmt::format(
-        "unsupported DOCKER_HOST '{}': use unix:///path/to/docker.sock or tcp://host:port", docker_host));
-}
-
 std::string url_encode(std::string_view text) {
     std::string out;
     for (unsigned char c : text) {
@@ -253,6 +181,7 @@ struct Client::Impl {
     asio::any_io_executor executor;
     Endpoint endpoint;
     Deadlines deadlines;
+    std::unique_ptr<Transport> transport;  // before `idle`: idle connections close first
     std::string api_version{min_api};
     std::vector<Socket> idle;
 
@@ -269,44 +198,12 @@ struct Client::Impl {
                            what, endpoint.describe(), step, describe(limit));
     }
 
-    asio::awaitable<Socket> open() {
-        Socket socket(executor);
-        asio::ip::tcp::resolver resolver(executor);
-        Watchdog watchdog(executor, [&socket, &resolver] {
-            resolver.cancel();
-            cancel_io(socket);
-        });
-        watchdog.arm(deadlines.connect);
-        boost::system::error_code ec;
-        if (endpoint.kind == Endpoint::Kind::unix_socket) {
-            asio::generic::stream_protocol::endpoint target{asio::local::stream_protocol::endpoint(endpoint.path)};
-            std::tie(ec) = co_await socket.async_connect(target, use_tuple);
-        } else {
-            auto [resolve_ec, results] = co_await resolver.async_resolve(endpoint.host, endpoint.port, use_tuple);
-            ec = resolve_ec;
-            for (const auto& entry : results) {
-                boost::system::error_code ignored;
-                socket.close(ignored);
-                std::tie(ec) = co_await socket.async_connect(asio::generic::stream_protocol::endpoint(entry.endpoint()), use_tuple);
-                if (!ec || watchdog.expired()) break;
-            }
-        }
-        if (watchdog.expired()) {
-            throw Error(0, fmt::format("cannot reach the Docker daemon at {}: no connection within {} (timed out; "
-                                       "the daemon may be overloaded or stalled)",
-                                       endpoint.describe(), describe(deadlines.connect)));
-        }
-        if (ec == asio::error::access_denied) {
-            throw Error(0, fmt::format("permission denied on the Docker socket {}: add this user to the docker group "
-                                       "(sudo usermod -aG docker $USER, then log in again) or set DOCKER_HOST to a daemon it may use",
-                                       endpoint.describe()));
-        }
-        if (ec) {
-            throw Error(0, fmt::format("cannot reach the Docker daemon at {}: {} (is Docker running? "
-                                       "DOCKER_HOST selects another daemon)",
-                                       endpoint.describe(), ec.message()));
-        }
-        co_return socket;
+    asio::awaitable<Socket> open() { co_return co_await transport->open(deadlines.connect); }
+
+    // ec's message, with what the transport knows of the broken connection (ssh's stderr).
+    asio::awaitable<std::string> why(int connection, boost::system::error_code ec) {
+        auto note = co_await transport->explain(connection);
+        co_return note.empty() ? ec.message() : note + " (" + ec.message() + ")";
     }
 
     // Sends `req` and reads the answer, each step within the deadline (the body's
@@ -350,7 +247,7 @@ struct Client::Impl {
 };
 
 Client::Client(asio::any_io_executor executor, Endpoint endpoint, Deadlines deadlines)
-    : impl_(std::make_unique<Impl>(Impl{std::move(executor), std::move(endpoint), deadlines})) {}
+    : impl_(std::make_unique<Impl>(Impl{executor, endpoint, deadlines, Transport::make(executor, endpoint)})) {}
 
 Client::~Client() = default;
 
@@ -365,7 +262,8 @@ asio::awaitable<void> Client::connect() {
     auto exchange = co_await impl_->exchange(std::move(socket), std::move(req), 1 << 20, std::move(what));
     const auto& res = exchange.response;
     if (exchange.error) {
-        throw Error(0, fmt::format("the Docker daemon at {} did not answer /_ping: {}", impl_->endpoint.describe(), exchange.error.message()));
+        auto why = co_await impl_->why(exchange.socket.native_handle(), exchange.error);
+        throw Error(0, fmt::format("the Docker daemon at {} ({}) did not answer /_ping: {}", impl_->endpoint.describe(), impl_->endpoint.source, why));
     }
     if (res.result_int() != 200) throw Error(res.result_int(), fmt::format("the Docker daemon at {} answered /_ping with HTTP {}", impl_->endpoint.describe(), res.result_int()));
     std::string version(res["Api-Version"]);
@@ -374,6 +272,8 @@ asio::awaitable<void> Client::connect() {
         throw Error(0, fmt::format("the Docker daemon speaks API {}, cubicle needs {} or newer (Docker 20.10+)", version, min_api));
     }
     impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
+    // Kept for the next request: over ssh a new connection costs a handshake.
+    if (exchange.reusable && impl_->idle.size() < max_idle_connections) impl_->idle.push_back(std::move(exchange.socket));
 }
 
 asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
@@ -407,8 +307,9 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
         if (ec) {
             // An idle keep-alive connection the daemon closed: try once on a fresh one.
             if (reused && attempt == 0) continue;
+            auto why = co_await impl_->why(exchange.socket.native_handle(), ec);
             throw Error(0, fmt::format("{} {}: connection to the Docker daemon at {} failed: {}", method, target,
-                                       impl_->endpoint.describe(), ec.message()));
+                                       impl_->endpoint.describe(), why));
         }
         if (exchange.reusable && impl_->idle.size() < max_idle_connections) {
             impl_->idle.push_back(std::move(exchange.socket));
@@ -495,13 +396,19 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
     watchdog.arm(impl_->deadlines.step);
     auto [wec, wn] = co_await http::async_write(socket, req, use_tuple);
     if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not take the request", impl_->deadlines.step));
-    if (wec) throw Error(0, fmt::format("{} failed: {}", what, wec.message()));
+    if (wec) {
+        auto why = co_await impl_->why(socket.native_handle(), wec);
+        throw Error(0, fmt::format("{} failed: {}", what, why));
+    }
     beast::flat_buffer buffer;
     http::response_parser<http::empty_body> parser;
     watchdog.arm(impl_->deadlines.step);
     auto [rec, rn] = co_await http::async_read_header(socket, buffer, parser, use_tuple);
     if (watchdog.expired()) throw Error(0, impl_->timed_out(what, "did not answer", impl_->deadlines.step));
-    if (rec) throw Error(0, fmt::format("{} failed: {}", what, rec.message()));
+    if (rec) {
+        auto why = co_await impl_->why(socket.native_handle(), rec);
+        throw Error(0, fmt::format("{} failed: {}", what, why));
+    }
     unsigned status = parser.get().result_int();
     if (status != 101 && status != 200) throw Error(status, fmt::format("{} failed (HTTP {})", what, status));
     // Bytes of the raw stream may already sit behind the header in the buffer.

@@ -1,4 +1,4 @@
-// A Docker Engine API client over the daemon's socket (unix:// or tcp://).
+// A Docker Engine API client over any endpoint docker/transport reaches (unix, tcp, TLS, ssh).
 // Knows nothing of MCP; every call is a coroutine.
 #pragma once
 
@@ -14,21 +14,11 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "docker/endpoint.hpp"
+
 namespace cubicle::docker {
 
 namespace asio = boost::asio;
-
-// Where the daemon listens, parsed from DOCKER_HOST.
-struct Endpoint {
-    enum class Kind { unix_socket, tcp } kind = Kind::unix_socket;
-    std::string path;  // unix socket path
-    std::string host;  // tcp host
-    std::string port;  // tcp port
-    std::string describe() const;
-};
-
-// Throws std::invalid_argument for an unsupported or malformed DOCKER_HOST.
-Endpoint parse_docker_host(std::string_view docker_host);
 
 // How long each step of an Engine request may take: connecting, sending the
 // request, waiting for the answer's headers, and any pause inside its body.
@@ -103,6 +93,7 @@ public:
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
 
+    // Throws std::invalid_argument when the endpoint's TLS material cannot be loaded.
     // Negotiates the API version from /_ping (floor 1.41). Throws Error with a
     // clear message when the daemon cannot be reached.
     asio::awaitable<void> connect();

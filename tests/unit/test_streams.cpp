@@ -556,7 +556,7 @@ TEST(DockerHost, TcpEmptyPortThrows) {
 }
 
 TEST(DockerHost, BadSchemesThrow) {
-    for (std::string bad : {"http://localhost:2375"s, "ssh://user@host"s, "npipe:////./pipe/docker_engine"s,
+    for (std::string bad : {"http://localhost:2375"s, "ssh://user@host/path"s, "npipe:////./pipe/docker_engine"s,
                             "/var/run/docker.sock"s, "localhost:2375"s, "tcp://"s, "tcp://:2375"s}) {
         EXPECT_THROW(parse_docker_host(bad), std::invalid_argument) << bad;
     }
