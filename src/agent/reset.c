@@ -56,6 +56,7 @@ static size_t n_entries;
 static char *mounts[MAX_MOUNTS];
 static size_t n_mounts;
 static const char *snapshot_failure;   /* why nothing can be recycled */
+static int snapshot_taken;             /* without it nothing may be wiped */
 static struct cgroup_state baseline;
 
 /* ---- the report ------------------------------------------------------- */
@@ -411,6 +412,9 @@ void reset_snapshot(void)
 {
     struct walk w = { W_RECORD, NULL, 0 };
 
+    if (getuid() == 0)
+        return;
+    snapshot_taken = 1;
     baseline = read_cgroup();
     if (!baseline.ok)
         snapshot_failure = "the cgroup's counters cannot be read";
@@ -428,6 +432,8 @@ const char *reset_refusal(int sandbox_mode)
      * started by docker exec shares the container with others (workspaces). */
     if (getpid() != 1 && getppid() != 1)
         return "reset is only for the container's main agent";
+    if (!snapshot_taken)
+        return "no pristine state was recorded";
     return snapshot_failure;
 }
 
@@ -435,6 +441,8 @@ void reset_wipe(void)
 {
     struct walk w = { W_WIPE, NULL, 0 };
 
+    if (!snapshot_taken || snapshot_failure || getuid() == 0)   /* checked again: see reset.h */
+        return;
     each_ipc("shm", remove_ipc, NULL);
     each_ipc("msg", remove_ipc, NULL);
     each_ipc("sem", remove_ipc, NULL);
