@@ -72,13 +72,21 @@ bool Pool::matches(const SandboxSpec& spec) const {
            spec.disk_mb == profile_.disk_mb && spec.files_limit == profile_.files_limit;
 }
 
-double Pool::take_rate() const {
-    return static_cast<double>(recent_takes_.size()) / std::chrono::duration<double>(demand_window).count();
+double Pool::drain_rate() const {
+    auto net = recent_takes_.size() > recent_returns_.size() ? recent_takes_.size() - recent_returns_.size() : 0;
+    return static_cast<double>(net) / std::chrono::duration<double>(demand_window).count();
+}
+
+void Pool::forget_old(Clock::time_point now) {
+    while (!recent_takes_.empty() && now - recent_takes_.front() > demand_window) recent_takes_.pop_front();
+    while (!recent_returns_.empty() && now - recent_returns_.front() > demand_window) recent_returns_.pop_front();
 }
 
 std::size_t Pool::target() const {
-    // Little's law: the sandboxes taken while one starts must already be waiting.
-    auto demand = static_cast<std::size_t>(std::ceil(take_rate() * start_latency_.count()));
+    // Little's law: the sandboxes taken for good while one starts must already be
+    // waiting. Recycled ones come back within milliseconds and need no stock;
+    // a take that finds none waits for one in flight (acquire).
+    auto demand = settings_.size + static_cast<std::size_t>(std::ceil(drain_rate() * start_latency_.count()));
     auto want = std::clamp(demand, settings_.size, settings_.max);
     if (want > settings_.size) {
         auto in_pool = ready_.size() + launching_;
@@ -116,7 +124,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
     last_take_ = now;
     idle_ = false;
     recent_takes_.push_back(now);
-    while (!recent_takes_.empty() && now - recent_takes_.front() > demand_window) recent_takes_.pop_front();
+    forget_old(now);
     auto box = take(owner);
     refill();
     if (box || launching_ + recycling_ <= waiters_.size()) co_return box;
@@ -201,6 +209,7 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
         co_await remove_(std::move(box));
         co_return;
     }
+    recent_returns_.push_back(Clock::now());
     box->prewarm("python");
     offer({std::move(box), std::move(owner)});
 }
@@ -211,7 +220,7 @@ asio::awaitable<void> Pool::watch_idle() {
         auto [ec] = co_await idle_timer_.async_wait(use_tuple);
         if (ec || stopped_) co_return;
         auto now = Clock::now();
-        while (!recent_takes_.empty() && now - recent_takes_.front() > demand_window) recent_takes_.pop_front();
+        forget_old(now);
         if (idle_ || ready_.empty()) continue;
         if (now - last_take_ >= settings_.idle) {
             log::debug("warm pool idle for {} s: releasing {} sandbox(es)", settings_.idle.count(), ready_.size());

@@ -1,7 +1,8 @@
 // The warm-container scheduler: started, locked-down sandboxes kept ready for
 // the server's default profile, so that a new sandbox costs a hand-over
-// instead of a container start. Its size follows demand (takes per second ×
-// how long a container takes to start), between --pool-size and --pool-max.
+// instead of a container start. Its size follows demand, between --pool-size
+// and --pool-max: the sandboxes taken and not given back per second, times
+// how long a container takes to start.
 // A throwaway sandbox comes back after its run, reset to pristine by its
 // agent and verified (Sandbox::reset), and serves only the same principal
 // again; anything that fails the reset is removed instead.
@@ -67,7 +68,9 @@ private:
     void remove_later(std::shared_ptr<Sandbox> box);
     asio::awaitable<void> launch_one();
     asio::awaitable<void> watch_idle();
-    double take_rate() const;
+    // Sandboxes per second taken and not given back (recycled), recently.
+    double drain_rate() const;
+    void forget_old(std::chrono::steady_clock::time_point now);
 
     asio::any_io_executor executor_;
     SandboxSpec profile_;
@@ -81,7 +84,8 @@ private:
     bool stopped_ = false;
     bool idle_ = false;  // emptied for idleness; refills on the next take
     std::chrono::steady_clock::time_point last_take_;
-    std::deque<std::chrono::steady_clock::time_point> recent_takes_;  // within the demand window
+    std::deque<std::chrono::steady_clock::time_point> recent_takes_;    // within the demand window
+    std::deque<std::chrono::steady_clock::time_point> recent_returns_;  // recycled, within the window
     std::chrono::duration<double> start_latency_{0.5};  // a moving average, measured
     asio::steady_timer idle_timer_;
 };
