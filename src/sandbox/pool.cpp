@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <boost/asio/as_tuple.hpp>
@@ -29,8 +30,8 @@ constexpr std::size_t max_refill_concurrency = 4;
 // the pool stays within half of the memory available.
 constexpr std::uint64_t pooled_footprint = 64ull << 20;
 
-// How many more pooled sandboxes the host's memory allows (0 when unknown:
-// then only --pool-max bounds the pool). Docker may run elsewhere; this is the
+// How many more pooled sandboxes the host's memory allows (unbounded when
+// unknown: then only --pool-max bounds the pool). Docker may run elsewhere; this is the
 // local host's view, a safety net rather than a measurement of the engine.
 std::size_t memory_allows() {
     std::ifstream meminfo("/proc/meminfo");
@@ -40,7 +41,7 @@ std::size_t memory_allows() {
     while (meminfo >> key >> kib >> unit) {
         if (key == "MemAvailable:") return static_cast<std::size_t>(kib * 1024 / 2 / pooled_footprint);
     }
-    return 0;
+    return std::numeric_limits<std::size_t>::max() / 2;
 }
 
 } // namespace

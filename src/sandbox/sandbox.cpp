@@ -406,8 +406,8 @@ void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
 asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
     if (!alive_ || !uses_agent() || shared_) co_return "only a sandbox of its own with a live agent can be reset";
     if (limit_hit_) co_return "a run hit a limit";
-    for (const auto& [exec_id, pending] : pending_) {
-        if (pending->interpreter.empty()) co_return "a program is still running";
+    for (const auto& [running_id, running] : pending_) {
+        if (running->interpreter.empty()) co_return "a program is still running";
     }
     auto self = shared_from_this();
     std::uint32_t exec_id = next_exec_id_++;
