@@ -97,16 +97,14 @@ std::size_t Pool::target() const {
 }
 
 std::shared_ptr<Sandbox> Pool::take(const std::string& owner) {
-    // A recycled sandbox of the same principal first (its interpreter is warm),
-    // then one never used; never one that served another principal.
-    auto pick = std::find_if(ready_.begin(), ready_.end(), [&](const Entry& e) { return !e.owner.empty() && e.owner == owner; });
-    if (pick == ready_.end()) pick = std::find_if(ready_.begin(), ready_.end(), [](const Entry& e) { return e.owner.empty(); });
+    // The longest waiting first (its interpreter has had the most time to start),
+    // never one that served another principal.
+    auto pick = std::find_if(ready_.begin(), ready_.end(), [&](const Entry& e) { return e.owner.empty() || e.owner == owner; });
     if (pick == ready_.end()) {
         // Another principal's leftovers would only block the refill for this one.
-        auto foreign = std::find_if(ready_.begin(), ready_.end(), [&](const Entry& e) { return e.owner != owner; });
-        if (foreign != ready_.end()) {
-            remove_later(std::move(foreign->box));
-            ready_.erase(foreign);
+        if (!ready_.empty()) {
+            remove_later(std::move(ready_.front().box));
+            ready_.pop_front();
         }
         return nullptr;
     }
@@ -197,6 +195,7 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
         co_return;
     }
     auto owner = box->owner();
+    auto started = Clock::now();
     ++recycling_;
     std::string left;
     try {
@@ -205,6 +204,8 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
         left = e.what();
     }
     --recycling_;
+    log::debug("sandbox {} reset in {} ms{}", box->id(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(), left.empty() ? "" : ": " + left);
     if (!left.empty() || stopped_ || idle_ || ready_.size() >= settings_.max) {
         if (!left.empty()) log::info("sandbox {} removed rather than recycled: {}", box->id(), left);
         co_await remove_(std::move(box));

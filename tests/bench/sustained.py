@@ -49,8 +49,8 @@ async def throwaway_print1(session: ClientSession) -> float:
     started = time.perf_counter()
     r = await session.call_tool("execute_code", {"code": "print(1)"})
     elapsed = (time.perf_counter() - started) * 1000
-    sc = r.structuredContent or {}
-    if r.isError or sc.get("stdout") != "1\n":
+    sc = r.structured_content or {}
+    if r.is_error or sc.get("stdout") != "1\n":
         raise RuntimeError(f"unexpected result: {str(r)[:300]}")
     return elapsed
 
@@ -71,6 +71,7 @@ async def main() -> int:
     p.add_argument("--seconds", type=float, default=20, help="how long the concurrent callers run (default 20)")
     p.add_argument("--baseline-runs", type=int, default=10, help="docker run / docker exec samples (default 10)")
     p.add_argument("--startup", type=float, default=3, help="seconds for the server's initial pool before the first call")
+    p.add_argument("--server-log", default=os.devnull, help="where the server's stderr goes (default: nowhere)")
     p.add_argument("server_args", nargs="*", help="extra server flags (after --)")
     args = p.parse_args()
 
@@ -80,7 +81,7 @@ async def main() -> int:
     print(f"- server: `build/cubicle {' '.join(server_argv)}`; client: official MCP Python SDK over stdio; "
           f"host: {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     params = StdioServerParameters(command=str(binary), args=server_argv, env={"PATH": os.environ.get("PATH", "")})
-    with open(os.devnull, "w") as errlog:
+    with open(args.server_log, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
