@@ -73,6 +73,10 @@ bool Pool::matches(const SandboxSpec& spec) const {
            spec.disk_mb == profile_.disk_mb && spec.files_limit == profile_.files_limit;
 }
 
+double Pool::take_rate() const {
+    return static_cast<double>(recent_takes_.size()) / std::chrono::duration<double>(demand_window).count();
+}
+
 double Pool::drain_rate() const {
     auto net = recent_takes_.size() > recent_returns_.size() ? recent_takes_.size() - recent_returns_.size() : 0;
     return static_cast<double>(net) / std::chrono::duration<double>(demand_window).count();
@@ -84,10 +88,11 @@ void Pool::forget_old(Clock::time_point now) {
 }
 
 std::size_t Pool::target() const {
-    // Little's law: the sandboxes taken for good while one starts must already be
-    // waiting. Recycled ones come back within milliseconds and need no stock;
-    // a take that finds none waits for one in flight (acquire).
-    auto demand = settings_.size + static_cast<std::size_t>(std::ceil(drain_rate() * start_latency_.count()));
+    // Little's law: the sandboxes taken for good while one starts, and those taken
+    // while one is being reset, must already be waiting. A take that finds none
+    // waits for one in flight (acquire).
+    auto in_flight = drain_rate() * start_latency_.count() + take_rate() * recycle_latency_.count();
+    auto demand = settings_.size + static_cast<std::size_t>(std::ceil(in_flight));
     auto want = std::clamp(demand, settings_.size, settings_.max);
     if (want > settings_.size) {
         auto in_pool = ready_.size() + launching_;
@@ -204,6 +209,7 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
         left = e.what();
     }
     --recycling_;
+    recycle_latency_ = 0.8 * recycle_latency_ + 0.2 * std::chrono::duration<double>(Clock::now() - started);
     log::debug("sandbox {} reset in {} ms{}", box->id(),
                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(), left.empty() ? "" : ": " + left);
     if (!left.empty() || stopped_ || idle_ || ready_.size() >= settings_.max) {

@@ -1,8 +1,9 @@
 // The warm-container scheduler: started, locked-down sandboxes kept ready for
 // the server's default profile, so that a new sandbox costs a hand-over
 // instead of a container start. Its size follows demand, between --pool-size
-// and --pool-max: the sandboxes taken and not given back per second, times
-// how long a container takes to start.
+// and --pool-max: the sandboxes taken and not given back per second times how
+// long a container takes to start, plus those taken per second times how long
+// a reset takes (Little's law for both ways a sandbox comes back).
 // A throwaway sandbox comes back after its run, reset to pristine by its
 // agent and verified (Sandbox::reset), and serves only the same principal
 // again; anything that fails the reset is removed instead.
@@ -68,7 +69,8 @@ private:
     void remove_later(std::shared_ptr<Sandbox> box);
     asio::awaitable<void> launch_one();
     asio::awaitable<void> watch_idle();
-    // Sandboxes per second taken and not given back (recycled), recently.
+    // Sandboxes per second taken, and taken and not given back (recycled), recently.
+    double take_rate() const;
     double drain_rate() const;
     void forget_old(std::chrono::steady_clock::time_point now);
 
@@ -86,7 +88,8 @@ private:
     std::chrono::steady_clock::time_point last_take_;
     std::deque<std::chrono::steady_clock::time_point> recent_takes_;    // within the demand window
     std::deque<std::chrono::steady_clock::time_point> recent_returns_;  // recycled, within the window
-    std::chrono::duration<double> start_latency_{0.5};  // a moving average, measured
+    std::chrono::duration<double> start_latency_{0.5};   // moving averages, measured
+    std::chrono::duration<double> recycle_latency_{0.02};
     asio::steady_timer idle_timer_;
 };
 
