@@ -127,7 +127,7 @@ async def test_a_run_that_timed_out_is_not_recycled():
         host = sc["stdout"].split()[0]
         await asyncio.sleep(1)
         assert host not in [await _host(srv) for _ in range(3)]
-        assert await async_wait_until(lambda: not [c for c in docker_ids(["io.cubicle.managed=true"]) if c.startswith(host)], 20)
+        assert await async_wait_until(lambda: not [c for c in docker_ids(["io.cubicle.managed=true"]) if c.startswith(host)], 60)
 
 
 async def test_a_child_killed_by_the_memory_limit_is_not_recycled():
