@@ -169,6 +169,8 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
         {"--pool-max", "CUBICLE_POOL_MAX", "N", "most warm sandboxes kept under sustained demand (at least --pool-size)",
          [](Config& c, std::string_view v) { c.pool_max = parse_number("--pool-max", v, 0, 1000); }},
+        {"--no-recycle", "CUBICLE_NO_RECYCLE", "", "remove every throwaway sandbox after its run instead of resetting it for reuse",
+         [](Config& c, std::string_view v) { c.no_recycle = parse_bool("--no-recycle", v); }},
         {"--pool-refill", "CUBICLE_POOL_REFILL", "N", "warm sandboxes started at once when refilling",
          [](Config& c, std::string_view v) { c.pool_refill = parse_number("--pool-refill", v, 1, 64); }},
         {"--pool-idle-s", "CUBICLE_POOL_IDLE_S", "N", "empty the pool after this long unused",

@@ -338,7 +338,7 @@ void Manager::release(std::string id) {
     auto sandbox = it->second;
     sandboxes_.erase(it);
     // A throwaway sandbox goes back to the pool, reset, when it can (Pool::recycle).
-    if (sandbox->throwaway() && pool_started_ && !closed_) {
+    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle) {
         asio::co_spawn(executor_, pool_.recycle(std::move(sandbox)), asio::detached);
         return;
     }

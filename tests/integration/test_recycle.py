@@ -161,3 +161,9 @@ async def test_stateful_sandboxes_are_never_recycled():
         await srv.ok("stop_sandbox", {"sandbox_id": sb["sandbox_id"]})
         assert await async_wait_until(lambda: not container_exists(sb["container_id"]), 20)
         assert host not in [await _host(srv) for _ in range(3)]
+
+
+async def test_no_recycle_removes_every_throwaway_sandbox():
+    async with start_server("--pool-size", "1", "--pool-max", "4", "--no-recycle") as srv:
+        hosts = [await _host(srv) for _ in range(3)]
+        assert len(set(hosts)) == 3, hosts
