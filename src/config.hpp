@@ -45,7 +45,9 @@ struct Config {
     int max_transfer_entries = 10000;          // files and directories per transfer
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
-    int pool_size = 2;          // warm sandboxes kept ready for the default profile
+    int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)
+    int pool_max = 16;          // the most the pool grows to under demand
+    bool no_recycle = false;    // remove throwaway sandboxes instead of resetting them for reuse
     int pool_refill = 1;        // how many of them start at once
     int pool_idle_s = 300;      // the pool empties after this long without use
     std::string log_level = "info";

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "proxy.h"
+#include "reset.h"
 #include "wire.h"
 
 #define CHUNK       (64 * 1024)   /* read size for child output */
@@ -757,6 +758,43 @@ static void handle_stdin(uint32_t id, const char *data, size_t len)
     }
 }
 
+/* RESET (recycling a throwaway container, reset.h): every execution ends with
+ * its EXIT frame, every other process of our uid dies by the sweep, then the
+ * wipe and the verification, whose verdict is the CLEAN frame. */
+static void finish(struct exec *e);
+
+static void handle_reset(uint32_t id)
+{
+    const char *refusal = reset_refusal(sweep_enabled);
+    char report[2048];
+
+    if (refusal) {
+        send_error(id, "%s", refusal);
+        return;
+    }
+    kill_all();
+    while (execs) {
+        struct exec *e = execs;
+        if (!e->exited) {
+            while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
+                ;
+            e->exited = 1;
+            e->end_us = now_us();
+        }
+        execs = e->next;
+        finish(e);
+    }
+    while (saves) {
+        struct save *s = saves;
+        saves = s->next;
+        free(s);
+    }
+    sweep(0);   /* what forked while the executions were reaped */
+    reset_wipe();
+    reset_verify(report, sizeof report);
+    send_frame(CUBICLE_FRAME_CLEAN, id, report, strlen(report));
+}
+
 static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size_t len)
 {
     struct exec *e;
@@ -784,6 +822,9 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
         break;
     case CUBICLE_FRAME_PING:
         send_frame(CUBICLE_FRAME_PONG, id, payload, len);
+        break;
+    case CUBICLE_FRAME_RESET:
+        handle_reset(id);
         break;
     default:
         send_error(id, "unknown frame type 0x%02x", type);
@@ -1101,6 +1142,8 @@ int main(int argc, char **argv)
         return 2;
     }
     setup();
+    if (sweep_enabled)
+        reset_snapshot();
     static const char hello[] = "cubicle-agent 1";
     send_frame(CUBICLE_FRAME_HELLO, 0, hello, sizeof hello - 1);
 

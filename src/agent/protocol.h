@@ -12,6 +12,15 @@
  * envc, envc KEY=VALUE strings; the rest of the payload is stdin.
  * EXIT payload: "exit_code signal timed_out truncated duration_us max_rss_kb"
  * (decimal, space-separated; exit_code -1 when killed by a signal).
+ *
+ * RESET (empty payload; only honoured by `cubicle-agent --sandbox` running as
+ * the container's main process, never as root): every execution and every
+ * other process of the sandbox uid is killed (an EXIT frame follows for each
+ * execution), every writable place is brought back to what it held when the
+ * agent started, System V IPC objects are removed, then the container is
+ * verified.  CLEAN answers with the same id: an empty payload when nothing is
+ * left, else a human-readable list of what is (the server then removes the
+ * container instead of reusing it).
  */
 #ifndef CUBICLE_AGENT_PROTOCOL_H
 #define CUBICLE_AGENT_PROTOCOL_H
@@ -33,13 +42,15 @@
     X(SIGNAL, signal, 0x06)   /* payload: a signal for the execution's group */  \
     X(START, start, 0x07)     /* RUN with stdin kept open for STDIN frames */    \
     X(SAVE, save, 0x08)       /* "CAP\0DIR": copy the next RUN's output to DIR */ \
+    X(RESET, reset, 0x09)     /* end every process, wipe, verify: see below */   \
     X(HELLO, hello, 0x10)     /* first frame: "cubicle-agent VERSION" */         \
     X(STDOUT, stdout_, 0x11)                                                     \
     X(STDERR, stderr_, 0x12)                                                     \
     X(EXIT, exit, 0x13)       /* an execution ended; after all its output */     \
     X(ERROR, error, 0x14)     /* a request failed; the payload says why */       \
     X(PONG, pong, 0x15)                                                          \
-    X(CONTROL, control, 0x16) /* bytes an OPEN process wrote to fd 3 */
+    X(CONTROL, control, 0x16) /* bytes an OPEN process wrote to fd 3 */      \
+    X(CLEAN, clean, 0x17)     /* RESET's answer: "" = pristine, else what is left */
 
 #define CUBICLE_FRAME_ENUM_(name, cxx_name, value) CUBICLE_FRAME_##name = value,
 enum cubicle_frame_type { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_ENUM_) };

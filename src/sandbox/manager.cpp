@@ -55,8 +55,10 @@ asio::awaitable<void> all_at_once(asio::any_io_executor executor, std::vector<as
 Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config)
     : executor_(executor), docker_(docker), config_(config), instance_(random_hex(8)),
       pool_(executor, resolve({}),
-            PoolSettings{static_cast<std::size_t>(config.pool_size), static_cast<std::size_t>(config.pool_refill),
-                         std::chrono::seconds(config.pool_idle_s)},
+            PoolSettings{static_cast<std::size_t>(config.pool_size),
+                         // no pool at all stays no pool: --pool-size 0 turns recycling off too
+                         config.pool_size == 0 ? 0 : static_cast<std::size_t>(config.pool_max),
+                         static_cast<std::size_t>(config.pool_refill), std::chrono::seconds(config.pool_idle_s)},
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       egress_(executor, docker, config, instance_) {}
@@ -190,7 +192,9 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std:
         spec.proxy_url = egress_.proxy_url();
     }
     // The pool runs once the default image is known to be present (start_pool).
-    if (auto sandbox = pool_started_ ? pool_.take(spec) : nullptr) {
+    std::shared_ptr<Sandbox> pooled;
+    if (pool_started_) pooled = co_await pool_.acquire(spec, owner);
+    if (auto sandbox = std::move(pooled)) {
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
         sandbox->set_owner(std::move(owner));
@@ -333,6 +337,11 @@ void Manager::release(std::string id) {
     if (it == sandboxes_.end()) return;
     auto sandbox = it->second;
     sandboxes_.erase(it);
+    // A throwaway sandbox goes back to the pool, reset, when it can (Pool::recycle).
+    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle) {
+        asio::co_spawn(executor_, pool_.recycle(std::move(sandbox)), asio::detached);
+        return;
+    }
     asio::co_spawn(executor_, discard(std::move(sandbox)), asio::detached);
 }
 

@@ -45,8 +45,9 @@ public:
     // Most live sandboxes one principal may hold (0: only --max-sandboxes applies).
     void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
     asio::awaitable<void> destroy(std::string id);
-    // Like destroy, but the container is removed in the background: the
-    // sandbox is unusable at once, the caller does not wait for Docker.
+    // Like destroy, but in the background: the sandbox is unusable at once, the
+    // caller does not wait. A throwaway sandbox of the pooled profile is reset
+    // and pooled again for the same principal (Pool::recycle); others are removed.
     void release(std::string id);
     // Removes every container of this server, all at once; refuses new sandboxes
     // from then on. Never throws: what fails is left to the next start's sweep.

@@ -1,6 +1,11 @@
 #include "sandbox/pool.hpp"
 
-#include <boost/asio/as_tuple.hpp>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <string>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -9,13 +14,54 @@
 #include "common/log.hpp"
 
 namespace cubicle::sandbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// Demand is the takes of this recent past.
+constexpr auto demand_window = std::chrono::seconds(10);
+// Surplus sandboxes go once demand has been lower for this long.
+constexpr auto shrink_after = std::chrono::seconds(5);
+constexpr auto reset_timeout = std::chrono::seconds(5);
+// More starts at once than this only queue up in the daemon.
+constexpr std::size_t max_refill_concurrency = 4;
+// What an idle pooled sandbox costs the host (container, shim, an interpreter);
+// the pool stays within half of the memory available.
+constexpr std::uint64_t pooled_footprint = 64ull << 20;
+
+// How many more pooled sandboxes the host's memory allows (unbounded when
+// unknown: then only --pool-max bounds the pool). Docker may run elsewhere; this is the
+// local host's view, a safety net rather than a measurement of the engine.
+std::size_t memory_allows() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    std::uint64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return static_cast<std::size_t>(kib * 1024 / 2 / pooled_footprint);
+    }
+    return std::numeric_limits<std::size_t>::max() / 2;
+}
+
+} // namespace
+
+// A take that found the pool empty and waits for the next sandbox to come out.
+struct Pool::Waiter {
+    explicit Waiter(asio::any_io_executor executor) : timer(executor) {}
+    asio::steady_timer timer;  // cancelled when a sandbox is handed over
+    std::string owner;
+    std::shared_ptr<Sandbox> box;
+};
 
 Pool::Pool(asio::any_io_executor executor, SandboxSpec profile, PoolSettings settings, Launcher launch, Remover remove)
     : executor_(executor), profile_(std::move(profile)), settings_(settings), launch_(std::move(launch)),
-      remove_(std::move(remove)), last_take_(std::chrono::steady_clock::now()), idle_timer_(executor) {}
+      remove_(std::move(remove)), last_take_(Clock::now()), idle_timer_(executor) {
+    settings_.max = std::max(settings_.max, settings_.size);
+}
 
 void Pool::start() {
-    if (settings_.size == 0) return;
+    if (settings_.max == 0) return;
     refill();
     asio::co_spawn(executor_, watch_idle(), asio::detached);
 }
@@ -27,32 +73,108 @@ bool Pool::matches(const SandboxSpec& spec) const {
            spec.disk_mb == profile_.disk_mb && spec.files_limit == profile_.files_limit;
 }
 
-std::shared_ptr<Sandbox> Pool::take(const SandboxSpec& spec) {
-    if (settings_.size == 0 || stopped_ || !matches(spec)) return nullptr;
-    last_take_ = std::chrono::steady_clock::now();
-    idle_ = false;
-    std::shared_ptr<Sandbox> box;
-    while (!ready_.empty() && !box) {
-        box = std::move(ready_.front());
-        ready_.pop_front();
-        if (!box->alive()) {
-            asio::co_spawn(executor_, remove_(std::move(box)), asio::detached);
-            box.reset();
-        }
+double Pool::take_rate() const {
+    return static_cast<double>(recent_takes_.size()) / std::chrono::duration<double>(demand_window).count();
+}
+
+double Pool::drain_rate() const {
+    auto net = recent_takes_.size() > recent_returns_.size() ? recent_takes_.size() - recent_returns_.size() : 0;
+    return static_cast<double>(net) / std::chrono::duration<double>(demand_window).count();
+}
+
+void Pool::forget_old(Clock::time_point now) {
+    while (!recent_takes_.empty() && now - recent_takes_.front() > demand_window) recent_takes_.pop_front();
+    while (!recent_returns_.empty() && now - recent_returns_.front() > demand_window) recent_returns_.pop_front();
+}
+
+std::size_t Pool::target() const {
+    // Little's law: the sandboxes taken for good while one starts, and those taken
+    // while one is being reset, must already be waiting. A take that finds none
+    // waits for one in flight (acquire).
+    auto in_flight = drain_rate() * start_latency_.count() + take_rate() * recycle_latency_.count();
+    auto demand = settings_.size + static_cast<std::size_t>(std::ceil(in_flight));
+    auto want = std::clamp(demand, settings_.size, settings_.max);
+    if (want > settings_.size) {
+        auto in_pool = ready_.size() + launching_;
+        want = std::max(settings_.size, std::min(want, in_pool + memory_allows()));
     }
-    refill();
+    return want;
+}
+
+std::shared_ptr<Sandbox> Pool::take(const std::string& owner) {
+    // The longest waiting first (its interpreter has had the most time to start),
+    // never one that served another principal.
+    auto pick = std::find_if(ready_.begin(), ready_.end(), [&](const Entry& e) { return e.owner.empty() || e.owner == owner; });
+    if (pick == ready_.end()) {
+        // Another principal's leftovers would only block the refill for this one.
+        if (!ready_.empty()) {
+            remove_later(std::move(ready_.front().box));
+            ready_.pop_front();
+        }
+        return nullptr;
+    }
+    auto box = std::move(pick->box);
+    ready_.erase(pick);
+    if (!box->alive()) {
+        remove_later(std::move(box));
+        return take(owner);
+    }
     return box;
 }
 
+asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::string owner) {
+    if (settings_.max == 0 || stopped_ || !matches(spec)) co_return nullptr;
+    auto now = Clock::now();
+    last_take_ = now;
+    idle_ = false;
+    recent_takes_.push_back(now);
+    forget_old(now);
+    auto box = take(owner);
+    refill();
+    if (box || launching_ + recycling_ <= waiters_.size()) co_return box;
+    // Something is on its way and unclaimed: it is ready sooner than a new start.
+    auto waiter = std::make_shared<Waiter>(executor_);
+    waiter->owner = std::move(owner);
+    waiter->timer.expires_after(std::chrono::duration_cast<Clock::duration>(start_latency_));
+    waiters_.push_back(waiter);
+    co_await waiter->timer.async_wait(use_tuple);
+    std::erase(waiters_, waiter);
+    co_return std::move(waiter->box);
+}
+
+void Pool::offer(Entry entry) {
+    for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+        auto& waiter = **it;
+        if (waiter.box || (!entry.owner.empty() && entry.owner != waiter.owner)) continue;
+        waiter.box = std::move(entry.box);
+        waiter.timer.cancel();
+        waiters_.erase(it);
+        return;
+    }
+    ready_.push_back(std::move(entry));
+}
+
 void Pool::refill() {
-    while (!stopped_ && !idle_ && ready_.size() + launching_ < settings_.size && launching_ < settings_.refill_concurrency) {
+    if (stopped_ || idle_) return;
+    auto want = target();
+    auto have = ready_.size() + launching_ + recycling_;
+    auto deficit = want > have ? want - have : 0;
+    // The deeper the pool ran dry, the more starts at once.
+    auto concurrency = std::clamp(deficit, settings_.refill_concurrency, std::max(settings_.refill_concurrency, max_refill_concurrency));
+    while (deficit > 0 && launching_ < concurrency) {
         ++launching_;
+        --deficit;
         asio::co_spawn(executor_, launch_one(), asio::detached);
     }
 }
 
+void Pool::remove_later(std::shared_ptr<Sandbox> box) {
+    asio::co_spawn(executor_, remove_(std::move(box)), asio::detached);
+}
+
 asio::awaitable<void> Pool::launch_one() {
     std::shared_ptr<Sandbox> box;
+    auto started = Clock::now();
     try {
         box = co_await launch_(profile_);
     } catch (const std::exception& e) {
@@ -60,6 +182,7 @@ asio::awaitable<void> Pool::launch_one() {
     }
     --launching_;
     if (!box) co_return;  // retried on the next take rather than in a tight loop
+    start_latency_ = 0.8 * start_latency_ + 0.2 * std::chrono::duration<double>(Clock::now() - started);
     if (stopped_ || idle_) {
         co_await remove_(std::move(box));
         co_return;
@@ -67,37 +190,89 @@ asio::awaitable<void> Pool::launch_one() {
     // Python is the default language: its interpreter is already running when
     // the sandbox is handed out, so a first cell costs only its own work.
     box->prewarm("python");
-    ready_.push_back(std::move(box));
+    offer({std::move(box), {}});
     refill();
+}
+
+asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
+    if (stopped_ || idle_ || !box->alive() || box->limit_hit() || !matches(box->spec())) {
+        co_await remove_(std::move(box));
+        co_return;
+    }
+    auto owner = box->owner();
+    auto started = Clock::now();
+    ++recycling_;
+    std::string left;
+    try {
+        left = co_await box->reset(reset_timeout);
+    } catch (const std::exception& e) {
+        left = e.what();
+    }
+    --recycling_;
+    recycle_latency_ = 0.8 * recycle_latency_ + 0.2 * std::chrono::duration<double>(Clock::now() - started);
+    log::debug("sandbox {} reset in {} ms{}", box->id(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(), left.empty() ? "" : ": " + left);
+    if (!left.empty() || stopped_ || idle_ || ready_.size() >= settings_.max) {
+        if (!left.empty()) log::info("sandbox {} removed rather than recycled: {}", box->id(), left);
+        co_await remove_(std::move(box));
+        co_return;
+    }
+    recent_returns_.push_back(Clock::now());
+    box->prewarm("python");
+    offer({std::move(box), std::move(owner)});
 }
 
 asio::awaitable<void> Pool::watch_idle() {
     while (!stopped_) {
-        idle_timer_.expires_after(std::min<std::chrono::steady_clock::duration>(settings_.idle, std::chrono::seconds(10)));
-        auto [ec] = co_await idle_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        idle_timer_.expires_after(std::chrono::seconds(1));
+        auto [ec] = co_await idle_timer_.async_wait(use_tuple);
         if (ec || stopped_) co_return;
-        if (idle_ || ready_.empty() || std::chrono::steady_clock::now() - last_take_ < settings_.idle) continue;
-        log::debug("warm pool idle for {} s: releasing {} sandbox(es)", settings_.idle.count(), ready_.size());
-        idle_ = true;
-        auto released = std::move(ready_);
-        ready_.clear();
-        for (auto& box : released) co_await remove_(std::move(box));
+        auto now = Clock::now();
+        forget_old(now);
+        if (idle_ || ready_.empty()) continue;
+        if (now - last_take_ >= settings_.idle) {
+            log::debug("warm pool idle for {} s: releasing {} sandbox(es)", settings_.idle.count(), ready_.size());
+            idle_ = true;
+            auto released = std::move(ready_);
+            ready_.clear();
+            for (auto& entry : released) remove_later(std::move(entry.box));
+            continue;
+        }
+        // Demand fell: the surplus above the target goes, oldest first.
+        if (now - last_take_ < shrink_after) continue;
+        auto want = target();
+        while (ready_.size() > want) {
+            remove_later(std::move(ready_.front().box));
+            ready_.pop_front();
+        }
     }
 }
 
 asio::awaitable<void> Pool::drain() {
     stopped_ = true;
     idle_timer_.cancel();
-    // Sandboxes still starting remove themselves once started (stopped_ is
-    // set); wait for them so that nothing outlives the server.
+    for (auto& waiter : waiters_) waiter->timer.cancel();
+    // Sandboxes still starting or being reset remove themselves once done
+    // (stopped_ is set); wait for them so that nothing outlives the server.
     asio::steady_timer timer(executor_);
-    for (int i = 0; launching_ > 0 && i < 1500; ++i) {
+    for (int i = 0; (launching_ > 0 || recycling_ > 0) && i < 1500; ++i) {
         timer.expires_after(std::chrono::milliseconds(20));
-        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        co_await timer.async_wait(use_tuple);
     }
     auto released = std::move(ready_);
     ready_.clear();
-    for (auto& box : released) co_await remove_(std::move(box));
+    // All at once: shutdown must end before the client's patience does.
+    struct Countdown {
+        std::size_t left;
+        asio::steady_timer done;
+    };
+    auto countdown = std::make_shared<Countdown>(Countdown{released.size(), asio::steady_timer(executor_, Clock::time_point::max())});
+    for (auto& entry : released) {
+        asio::co_spawn(executor_, remove_(std::move(entry.box)), [countdown](std::exception_ptr) {
+            if (--countdown->left == 0) countdown->done.cancel();
+        });
+    }
+    if (countdown->left > 0) co_await countdown->done.async_wait(use_tuple);
 }
 
 } // namespace cubicle::sandbox

@@ -1,13 +1,19 @@
 // The warm-container scheduler: started, locked-down sandboxes kept ready for
 // the server's default profile, so that a new sandbox costs a hand-over
-// instead of a container start. A pooled sandbox serves exactly one client
-// and is never reused after it.
+// instead of a container start. Its size follows demand, between --pool-size
+// and --pool-max: the sandboxes taken and not given back per second times how
+// long a container takes to start, plus those taken per second times how long
+// a reset takes (Little's law for both ways a sandbox comes back).
+// A throwaway sandbox comes back after its run, reset to pristine by its
+// agent and verified (Sandbox::reset), and serves only the same principal
+// again; anything that fails the reset is removed instead.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -18,8 +24,9 @@
 namespace cubicle::sandbox {
 
 struct PoolSettings {
-    std::size_t size = 2;            // sandboxes kept ready
-    std::size_t refill_concurrency = 1;
+    std::size_t size = 2;            // the floor: kept ready, and what the pool starts with
+    std::size_t max = 16;            // the ceiling, however high demand gets
+    std::size_t refill_concurrency = 1;  // starts at once at the floor; more when the deficit is larger
     std::chrono::seconds idle{300};  // emptied after this long without a take
 };
 
@@ -32,28 +39,57 @@ public:
 
     // Starts filling the pool and watching for idleness.
     void start();
-    // A ready sandbox if `spec` is the pooled profile and one is waiting;
-    // nullptr otherwise. Either way the pool refills in the background.
-    std::shared_ptr<Sandbox> take(const SandboxSpec& spec);
+    // A ready sandbox for `owner` if `spec` is the pooled profile: one waiting,
+    // or else the next one to come out of a start or a reset already under way
+    // (sooner than a new container), for at most the time a start takes.
+    // nullptr when there is none; the pool refills in the background either way.
+    asio::awaitable<std::shared_ptr<Sandbox>> acquire(SandboxSpec spec, std::string owner);
+    // Takes back a throwaway sandbox after its run: reset, verified and pooled
+    // for its owner again, or removed.
+    asio::awaitable<void> recycle(std::shared_ptr<Sandbox> box);
     // Stops refilling and removes every pooled sandbox.
     asio::awaitable<void> drain();
 
+    // What the pool aims to keep ready now (for status and tests).
+    std::size_t target() const;
+    std::size_t ready() const { return ready_.size(); }
+
 private:
+    struct Entry {
+        std::shared_ptr<Sandbox> box;
+        std::string owner;  // the principal a recycled sandbox served; empty: never used
+    };
+    struct Waiter;
+
     bool matches(const SandboxSpec& spec) const;
+    std::shared_ptr<Sandbox> take(const std::string& owner);
+    // Hands a ready sandbox to the first waiter that may have it, else pools it.
+    void offer(Entry entry);
     void refill();
+    void remove_later(std::shared_ptr<Sandbox> box);
     asio::awaitable<void> launch_one();
     asio::awaitable<void> watch_idle();
+    // Sandboxes per second taken, and taken and not given back (recycled), recently.
+    double take_rate() const;
+    double drain_rate() const;
+    void forget_old(std::chrono::steady_clock::time_point now);
 
     asio::any_io_executor executor_;
     SandboxSpec profile_;
     PoolSettings settings_;
     Launcher launch_;
     Remover remove_;
-    std::deque<std::shared_ptr<Sandbox>> ready_;
+    std::deque<Entry> ready_;
+    std::deque<std::shared_ptr<Waiter>> waiters_;
     std::size_t launching_ = 0;
+    std::size_t recycling_ = 0;
     bool stopped_ = false;
     bool idle_ = false;  // emptied for idleness; refills on the next take
     std::chrono::steady_clock::time_point last_take_;
+    std::deque<std::chrono::steady_clock::time_point> recent_takes_;    // within the demand window
+    std::deque<std::chrono::steady_clock::time_point> recent_returns_;  // recycled, within the window
+    std::chrono::duration<double> start_latency_{0.5};   // moving averages, measured
+    std::chrono::duration<double> recycle_latency_{0.02};
     asio::steady_timer idle_timer_;
 };
 

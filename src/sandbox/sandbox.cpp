@@ -1,5 +1,6 @@
 #include "sandbox/sandbox.hpp"
 
+#include <csignal>
 #include <cstdlib>
 #include <deque>
 
@@ -210,6 +211,8 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
         throw ToolError(fmt::format("sandbox {} stopped answering; it has been shut down", id_));
     }
     if (!pending->error.empty()) throw ToolError(pending->error);
+    const auto& status = pending->result.status;
+    if (status.timed_out || pending->result.cancelled || status.signal == SIGKILL) limit_hit_ = true;
     co_return std::move(pending->result);
 }
 
@@ -304,6 +307,7 @@ void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_
     interpreter.exec_id = 0;
     auto cell = std::move(interpreter.cell);
     if (!cell) return;
+    limit_hit_ = true;  // the interpreter died under a cell: perhaps the memory limit
     if (status) {
         cell->result.status.exit_code = status->exit_code;
         cell->result.status.signal = status->signal;
@@ -345,6 +349,11 @@ void Sandbox::dispatch(agent::Frame frame) {
             cell->result.figures = static_cast<int>(std::strtol(rest, nullptr, 10));
             cell->finish();
         }
+        break;
+    case FrameType::clean:  // RESET's verdict
+        pending_.erase(it);
+        pending.result.stdout_text = std::move(frame.payload);
+        pending.finish();
         break;
     case FrameType::exit:
     case FrameType::error: {
@@ -392,6 +401,35 @@ void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
         if (stream_) stream_->send(agent::encode(agent::FrameType::kill, interpreter->exec_id));
         interpreter->exec_id = 0;  // its exit, when it comes, concerns nobody
     }
+}
+
+asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
+    if (!alive_ || !uses_agent() || shared_) co_return "only a sandbox of its own with a live agent can be reset";
+    if (limit_hit_) co_return "a run hit a limit";
+    for (const auto& [running_id, running] : pending_) {
+        if (running->interpreter.empty()) co_return "a program is still running";
+    }
+    auto self = shared_from_this();
+    std::uint32_t exec_id = next_exec_id_++;
+    auto pending = std::make_shared<Pending>(executor_);
+    pending->done.expires_after(timeout);
+    pending_[exec_id] = pending;
+    stream_->send(agent::encode(agent::FrameType::reset, exec_id));
+    co_await pending->done.async_wait(use_tuple);
+    if (!pending->finished) {
+        pending_.erase(exec_id);
+        shutdown("its reset did not finish");
+        co_return "the reset did not finish in time";
+    }
+    if (!pending->error.empty()) co_return pending->error;
+    if (!pending->result.stdout_text.empty()) co_return std::move(pending->result.stdout_text);
+    // The interpreters ended (their EXIT frames came first); what a client set goes too.
+    spec_.env.clear();
+    throwaway_ = false;
+    stateful_ = true;
+    auto_install_ = true;
+    dependencies_fingerprint_.clear();
+    co_return std::string();
 }
 
 void Sandbox::prewarm(const std::string& language) {
@@ -445,6 +483,7 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     }
     co_await cell->done.async_wait(use_tuple);
     if (!cell->finished) {
+        limit_hit_ = true;
         // Timed out or cancelled: the interpreter dies with whatever it was doing.
         cell->result.status.timed_out = !cell->result.cancelled;
         cell->result.status.signal = 9;

@@ -131,6 +131,15 @@ public:
     bool stateful() const { return stateful_; }
     void set_stateful(bool stateful) { stateful_ = stateful; }
 
+    // Recycling a throwaway sandbox (agent/reset.h): the agent ends every process,
+    // brings the writable places back to their state at start and checks the
+    // container. "" when it is pristine again (the client's settings are then
+    // forgotten too), else what is left: it must be removed, not reused.
+    asio::awaitable<std::string> reset(std::chrono::milliseconds timeout);
+    // A run hit a limit (timeout, cancellation, a kill, a dead interpreter):
+    // such a sandbox is never recycled.
+    bool limit_hit() const { return limit_hit_; }
+
     // Marks the sandbox dead and closes the agent connection; pending runs fail.
     void shutdown(std::string reason);
 
@@ -167,6 +176,7 @@ private:
     docker::Client* docker_ = nullptr;  // set in exec-fallback mode
     std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
     bool stateful_ = true;
+    bool limit_hit_ = false;
     bool auto_install_ = true;
     std::string dependencies_fingerprint_;
     std::string agent_log_;

@@ -1313,7 +1313,13 @@ def main() -> int:
     p.add_argument("--soak-workers", type=int, default=4, help="concurrent callers in --soak (default 4)")
     p.add_argument("--language-rounds", type=int, default=None, help=f"rounds per language in section 8 (default 5, --quick 2)")
     p.add_argument("--only-languages", action="store_true", help=f"run section 8 only (needs {POLYGLOT_IMAGE})")
-    args = p.parse_args()
+    p.add_argument("--sustained", action="store_true",
+                   help="run tests/bench/sustained.py instead: back-to-back and 8-caller throwaway load via the official SDK")
+    args, rest = p.parse_known_args()
+    if args.sustained:
+        return subprocess.call([sys.executable, str(Path(__file__).with_name("sustained.py")), *rest])
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.rounds is None:
         args.rounds = 3 if args.quick else 20
     if args.language_rounds is None:

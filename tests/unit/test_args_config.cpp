@@ -343,6 +343,11 @@ TEST_F(ParseArgsTest, PoolOptions) {
     EXPECT_NE(error_of({"--pool-size", "-1"}).find("--pool-size"), std::string::npos);
     EXPECT_NE(error_of({"--pool-refill", "0"}).find("--pool-refill"), std::string::npos);
     EXPECT_NE(error_of({"--pool-idle-s", "0"}).find("--pool-idle-s"), std::string::npos);
+    EXPECT_EQ(parse({}).config.pool_max, 16);
+    EXPECT_EQ(parse({"--pool-max", "40"}).config.pool_max, 40);
+    EXPECT_NE(error_of({"--pool-max", "-1"}).find("--pool-max"), std::string::npos);
+    EXPECT_FALSE(parse({}).config.no_recycle);
+    EXPECT_TRUE(parse({"--no-recycle"}).config.no_recycle);
 }
 
 TEST_F(ParseArgsTest, BadLogLevel) {
