@@ -399,19 +399,44 @@ def _start():
     return main, source, '<stdin>' if code is None else '<string>'
 _main, _source, _name = _start()
 del _start, libc, base, preload, sock, fds, body
-try:
-    exec(compile(_source, _name, 'exec'), _main.__dict__)
-except SystemExit:
-    raise
-except BaseException as e:
-    # as the interpreter reports it, without this script's frame
-    e.__traceback__ = e.__traceback__.tb_next
-    sys.excepthook(type(e), e, e.__traceback__)
-    if isinstance(e, KeyboardInterrupt):
+def _run():
+    # What the interpreter would do with the program, but for the end: a full
+    # finalization of the preloaded modules takes far longer than the fork, so
+    # the exit does what a program can see of it -- non-daemon threads are
+    # joined, atexit runs, the program's objects are released (files flush),
+    # stdio is flushed -- and then leaves.
+    import atexit, gc, threading
+    status = 0
+    try:
+        exec(compile(_source, _name, 'exec'), _main.__dict__)
+    except SystemExit as e:
+        status = e.code
+    except BaseException as e:
+        e.__traceback__ = e.__traceback__.tb_next  # as the interpreter reports it, without this frame
+        sys.excepthook(type(e), e, e.__traceback__)
+        if isinstance(e, KeyboardInterrupt): status = 'SIGINT'
+        else: status = 1
+        del e
+    try: threading._shutdown()
+    except BaseException: pass
+    atexit._run_exitfuncs()
+    _main.__dict__.clear()
+    gc.collect()
+    if status is None: status = 0
+    elif status != 'SIGINT' and not isinstance(status, int):
+        try: print(status, file=sys.stderr)
+        except BaseException: pass
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try: stream.flush()
+        except BaseException:
+            if status == 0: status = 120
+    if status == 'SIGINT':
         import signal
-        sys.stdout.flush(); sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGINT)
-    sys.exit(1)
+        status = 130
+    os._exit(status & 0xff)
+_run()
 )PY";
 
 constexpr std::string_view node_driver = R"JS(

@@ -103,6 +103,15 @@ def test_exceptions_and_exit_statuses(zagent):
     assert r.stdout == b"thread\natexit\n" and r.exit.code == 0
 
 
+def test_exit_releases_the_programs_objects(zagent, tmp_path):
+    # an unclosed file is flushed at exit, as the interpreter's finalization does
+    target = tmp_path / "out.txt"
+    r = fork(zagent, 1, stdin=f"f = open({str(target)!r}, 'w'); f.write('data'); print('partial', end='')".encode())
+    assert r.stdout == b"partial" and target.read_text() == "data"
+    r = fork(zagent, 2, stdin=b"import sys; sys.exit(256 + 4)")
+    assert r.exit.code == 4
+
+
 def test_output_cap_and_buffering(zagent):
     r = fork(zagent, 1, stdin=b"print('x' * 100000)", max_output=1000)
     assert len(r.stdout) == 1000 and r.exit.truncated == 1
