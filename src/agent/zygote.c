@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #define ZYGOTE_FD        3
-#define MAX_STARTS       4      /* a zygote that keeps dying is given up */
+#define MAX_STARTS       4      /* one that keeps dying before it is ready is given up */
 #define REPORT_MS        5000   /* a fork that takes longer means a stuck zygote */
 #define SEND_TIMEOUT_S   1
 
@@ -164,8 +164,10 @@ static int is_ready(void)
     if (ready)
         return 1;
     ssize_t n = recv(zfd, &c, 1, MSG_DONTWAIT);
-    if (n == 1 && c == 'R')
+    if (n == 1 && c == 'R') {
+        starts = 0;   /* only zygotes that never get ready count against the limit */
         return ready = 1;
+    }
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || n == 1)
         end_zygote();   /* gone, or it said something it should not */
     return 0;

@@ -23,8 +23,8 @@
  * would (an option or environment the interpreter was not started with,
  * a missing cwd, ...): it exits and the agent execs the request instead.
  * Whatever goes wrong with the zygote ends in that fallback, never in a
- * failed run; a zygote that died is started again at the next FORK (a few
- * times at most).
+ * failed run; a zygote that died is started again at the next FORK (given
+ * up only after a few that died before they were ready).
  */
 #ifndef CUBICLE_AGENT_ZYGOTE_H
 #define CUBICLE_AGENT_ZYGOTE_H
