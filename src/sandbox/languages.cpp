@@ -300,6 +300,12 @@ def _zygote():
     for name in preload:
         try: importlib.import_module(name)
         except BaseException: pass
+    # What is here now is never collected: a run's collections then leave the
+    # zygote's pages alone instead of copying every one of them (gc writes to
+    # each object it visits).
+    import gc
+    gc.collect()
+    gc.freeze()
     sock = socket.socket(fileno=3)
     sock.sendall(b'R')
     def exact(n, first):
