@@ -59,6 +59,7 @@
 #include "proxy.h"
 #include "reset.h"
 #include "wire.h"
+#include "zygote.h"
 
 #define CHUNK       (64 * 1024)   /* read size for child output */
 #define DRAIN_US    100000        /* how long to drain pipes after exit */
@@ -186,7 +187,7 @@ static int spared(pid_t sid)
     for (struct exec *e = execs; e; e = e->next)
         if (!e->exited && !e->killed && e->pid == sid)
             return 1;
-    return 0;
+    return sid == zygote_pid() && sid > 0;   /* it runs no program's code */
 }
 
 /* One pass over /proc: SIGKILL every live process of our uid in session
@@ -251,8 +252,8 @@ static void kill_exec(struct exec *e)
     sweep(0);
 }
 
-/* Used when we are about to exit: nothing of ours may outlive us. */
-static void kill_all(void)
+/* Every execution and every process of our uid but the zygote's. */
+static void end_executions(void)
 {
     for (struct exec *e = execs; e; e = e->next)
         if (!e->exited) {
@@ -260,6 +261,13 @@ static void kill_all(void)
             killpg(e->pid, SIGKILL);
         }
     sweep(0);
+}
+
+/* Used when we are about to exit: nothing of ours may outlive us. */
+static void kill_all(void)
+{
+    zygote_stop();
+    end_executions();
 }
 
 static void die(int code, const char *why)
@@ -641,7 +649,7 @@ static int queue_stdin(struct exec *e, const char *data, size_t len)
 /* Fork and exec one RUN, OPEN or START.  On success the execution joins
  * the poll loop; otherwise an ERROR frame is sent and nothing is left behind. */
 static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
-                  const struct save *save)
+                  const struct save *save, int via_zygote)
 {
     int session = mode == M_OPEN;
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
@@ -662,8 +670,10 @@ static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
         goto fail;
     }
     e->start_us = now_us();
-    pid_t pid = fork();
-    if (pid == 0)
+    /* A FORK's process comes from the zygote when it can (its session
+     * exists once zygote_fork returns); otherwise it is an ordinary RUN. */
+    pid_t pid = via_zygote ? zygote_fork(r, in[0], out[1], err[1]) : 0;
+    if (pid == 0 && (pid = fork()) == 0)
         run_child(r, in[0], out[1], err[1], ctl[1], ep[1]);
     if (pid < 0) {
         send_error(id, "cannot fork: %s", strerror(errno));
@@ -718,7 +728,7 @@ fail:
 }
 
 /* RUN, OPEN and START share the payload layout. */
-static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode)
+static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, int via_zygote)
 {
     const char *what = mode == M_OPEN ? "OPEN" : mode == M_START ? "START" : "RUN";
     struct run_req r;
@@ -732,7 +742,7 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode)
     else if (find_exec(id))
         send_error(id, "exec id %u is already in use", id);
     else
-        spawn(id, &r, mode, save);
+        spawn(id, &r, mode, save, via_zygote);
     free(save);
     wire_free_run(&r);
 }
@@ -759,8 +769,9 @@ static void handle_stdin(uint32_t id, const char *data, size_t len)
 }
 
 /* RESET (recycling a throwaway container, reset.h): every execution ends with
- * its EXIT frame, every other process of our uid dies by the sweep, then the
- * wipe and the verification, whose verdict is the CLEAN frame. */
+ * its EXIT frame, every other process of our uid but the zygote (which never
+ * runs a program's code, and which runs cannot trace) dies by the sweep, then
+ * the wipe and the verification, whose verdict is the CLEAN frame. */
 static void finish(struct exec *e);
 
 static void handle_reset(uint32_t id)
@@ -772,7 +783,7 @@ static void handle_reset(uint32_t id)
         send_error(id, "%s", refusal);
         return;
     }
-    kill_all();
+    end_executions();
     while (execs) {
         struct exec *e = execs;
         if (!e->exited) {
@@ -791,7 +802,7 @@ static void handle_reset(uint32_t id)
     }
     sweep(0);   /* what forked while the executions were reaped */
     reset_wipe();
-    reset_verify(report, sizeof report);
+    reset_verify(report, sizeof report, zygote_pid());
     send_frame(CUBICLE_FRAME_CLEAN, id, report, strlen(report));
 }
 
@@ -804,8 +815,17 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
     case CUBICLE_FRAME_OPEN:
     case CUBICLE_FRAME_START:
         handle_run(id, (char *)payload, len,
-                   type == CUBICLE_FRAME_OPEN ? M_OPEN : type == CUBICLE_FRAME_START ? M_START : M_RUN);
+                   type == CUBICLE_FRAME_OPEN ? M_OPEN : type == CUBICLE_FRAME_START ? M_START : M_RUN, 0);
         break;
+    case CUBICLE_FRAME_FORK:
+        handle_run(id, (char *)payload, len, M_RUN, 1);
+        break;
+    case CUBICLE_FRAME_ZYGOTE: {
+        const char *bad = zygote_configure((const char *)payload, len);
+        if (bad)
+            send_error(id, "malformed ZYGOTE: %s", bad);
+        break;
+    }
     case CUBICLE_FRAME_SIGNAL:
         handle_signal(id, (const char *)payload, len);
         break;
@@ -1009,6 +1029,23 @@ static void reap(void)
         e->exited = 1;
         e->end_us = now_us();
         close_stdin(e);
+    }
+    /* Children no execution owns: the zygote, and (we are a subreaper once
+     * there is one) orphans of every run.  One whose pid an execution still
+     * waits for ends the loop: the next SIGCHLD round takes it first. */
+    for (;;) {
+        siginfo_t info;
+        info.si_pid = 0;
+        if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 || info.si_pid == 0)
+            break;
+        int owned = 0;
+        for (struct exec *e = execs; e; e = e->next)
+            owned |= !e->exited && e->pid == info.si_pid;
+        if (owned)
+            break;
+        while (waitpid(info.si_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        zygote_reaped(info.si_pid);
     }
 }
 

@@ -43,6 +43,8 @@
     X(START, start, 0x07)     /* RUN with stdin kept open for STDIN frames */    \
     X(SAVE, save, 0x08)       /* "CAP\0DIR": copy the next RUN's output to DIR */ \
     X(RESET, reset, 0x09)     /* end every process, wipe, verify: see below */   \
+    X(ZYGOTE, zygote, 0x0A)   /* RUN payload: (re)start the zygote (zygote.h)  */ \
+    X(FORK, fork, 0x0B)       /* a RUN the zygote forks when it can, else a RUN */ \
     X(HELLO, hello, 0x10)     /* first frame: "cubicle-agent VERSION" */         \
     X(STDOUT, stdout_, 0x11)                                                     \
     X(STDERR, stderr_, 0x12)                                                     \

@@ -9,6 +9,7 @@
 #define CUBICLE_AGENT_RESET_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Records the pristine state: the writable mounts and every entry in them,
  * the cgroup's limit counters and memory.  Called once, at start, in
@@ -23,7 +24,8 @@ const char *reset_refusal(int sandbox_mode);
 void reset_wipe(void);
 
 /* Writes what differs from the snapshot into report (NUL-terminated): an
- * empty string when the container is pristine. */
-void reset_verify(char *report, size_t size);
+ * empty string when the container is pristine.  keep (> 0: the zygote,
+ * started after the snapshot) may remain, and so may the memory it maps. */
+void reset_verify(char *report, size_t size, pid_t keep);
 
 #endif

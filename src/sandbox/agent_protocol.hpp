@@ -34,6 +34,7 @@ struct RunRequest {
     std::string stdin_data;
     std::uint64_t timeout_ms = 0;
     std::uint64_t max_output_bytes = 0;  // per stream
+    bool fork = false;  // sent as FORK: the sandbox's zygote forks it when it can
 };
 
 // A run (or, with type open, a long-lived process) request.

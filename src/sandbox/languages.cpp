@@ -29,7 +29,8 @@ constexpr std::array<std::string_view, 1> rust_aliases{"rs"};
 // under source_file; the run command gets the finished directory as {dir}.
 // Optimisation levels favour a short compile: these are snippets, not releases.
 constexpr std::array language_table{
-    Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true},
+    Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true,
+             "numpy pandas matplotlib matplotlib.pyplot"},
     Language{"javascript", javascript_aliases, "", "", "", "node", "node --version", "nodejs", true},
     Language{"bash", bash_aliases, "", "", "", "bash", "bash --version", "bash", false},
     // Debian has no @types/node: require, process and any imported module are typed `any`.
@@ -135,6 +136,7 @@ agent::RunRequest program_for(const Language& language, std::string code) {
         // Python and Node read the whole program from stdin before running it.
         request.argv = {"python3", "-u", "-"};
         request.stdin_data = std::move(code);
+        request.fork = true;
     } else if (language.name == "javascript") {
         request.argv = {"node", "-"};
         request.stdin_data = std::move(code);
@@ -279,6 +281,170 @@ def _cubicle():
 _cubicle()
 )PY";
 
+// The Python zygote (agent/zygote.h has its wire): imports the modules named in
+// argv (missing ones quietly skipped), then forks a process per run that
+// becomes `python3 [-u] - ARGS` or `python3 [-u] -c CODE ARGS` as exec would
+// make it: own session, the run's fds, cwd and environment, fresh stdio, a new
+// __main__, reseeded randomness. Runs it would start differently -- other
+// options, PYTHON* variables or another PATH, a cwd or user site that shadows
+// a preloaded module -- are refused, and the agent execs them instead. The
+// zygote never runs a run's code and cannot be traced or read by one.
+constexpr std::string_view python_zygote = R"PY(
+import os, sys
+def _zygote():
+    import array, ctypes, importlib, socket, struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: runs of the same uid cannot ptrace it or read its memory
+    base = dict(os.environ)
+    preload = sys.argv[1:]
+    for name in preload:
+        try: importlib.import_module(name)
+        except BaseException: pass
+    # What is here now is never collected: a run's collections then leave the
+    # zygote's pages alone instead of copying every one of them (gc writes to
+    # each object it visits).
+    import gc
+    gc.collect()
+    gc.freeze()
+    sock = socket.socket(fileno=3)
+    sock.sendall(b'R')
+    def exact(n, first):
+        data, fds = b'', []
+        while len(data) < n:
+            if first:
+                chunk, anc, _, _ = sock.recvmsg(n - len(data), socket.CMSG_SPACE(16))
+                for level, kind, payload in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        a = array.array('i'); a.frombytes(payload[:len(payload) - len(payload) % 4]); fds += list(a)
+                first = False
+            else:
+                chunk = sock.recv(n - len(data))
+            if not chunk: os._exit(0)  # the agent is gone
+            data += chunk
+        return data, fds
+    while True:
+        header, fds = exact(4, True)
+        body, _ = exact(struct.unpack('>I', header)[0], False)
+        if len(fds) != 4: os._exit(1)
+        pid = os.fork()
+        if pid == 0:
+            try: child = os.fork()
+            except BaseException: os._exit(1)
+            if child == 0: return libc, base, preload, sock, fds, body
+            os._exit(0)  # the run is orphaned to the agent, which waits for it
+        for fd in fds: os.close(fd)
+        os.waitpid(pid, 0)
+libc, base, preload, sock, fds, body = _zygote()
+del _zygote
+def _start():
+    import io, random, site, types
+    os.setsid()
+    libc.prctl(4, 1, 0, 0, 0)  # dumpable again, like any process the user starts
+    for i in range(3): os.dup2(fds[i], i)
+    report = fds[3]
+    sock.detach()
+    os.closerange(3, report); os.closerange(report + 1, 1 << 16)
+    fields = body.split(b'\0')
+    cwd = os.fsdecode(fields[0]); argc = int(fields[1])
+    argv = [os.fsdecode(a) for a in fields[2:2 + argc]]
+    env = [os.fsdecode(e) for e in fields[3 + argc:3 + argc + int(fields[2 + argc])]]
+    def refuse(code):
+        os.write(report, b'%d %d\n' % (os.getpid(), code)); os._exit(127)
+    try:
+        if cwd: os.chdir(cwd)
+    except OSError as e: refuse(e.errno or 1)
+    for key in [k for k in os.environ if k not in base]: del os.environ[k]
+    for key, value in base.items():
+        if os.environ.get(key) != value: os.environ[key] = value
+    for entry in env:
+        key, eq, value = entry.partition('=')
+        if eq: os.environ[key] = value
+        else: os.environ.pop(key, None)
+    for key in set(base) | set(os.environ):
+        if (key.startswith('PYTHON') or key in ('PATH', 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'VIRTUAL_ENV')) and base.get(key) != os.environ.get(key):
+            refuse(-1)
+    import shutil
+    found = shutil.which(argv[0]) if argv else None
+    if not found or os.path.realpath(found) != os.path.realpath(sys.executable): refuse(-1)
+    args, unbuffered = argv[1:], False
+    while args[:1] == ['-u']: unbuffered = True; args = args[1:]
+    if args[:1] == ['-']: code, args = None, args
+    elif args[:1] == ['-c'] and len(args) >= 2: code, args = args[1], ['-c'] + args[2:]
+    else: refuse(-1)
+    user_site = site.getusersitepackages()
+    tops = {name.split('.')[0] for name in preload}
+    for where in ('.', user_site):
+        for top in tops:
+            if os.path.exists(os.path.join(where, top)) or os.path.exists(os.path.join(where, top + '.py')): refuse(-1)
+    if site.ENABLE_USER_SITE and user_site not in sys.path and os.path.isdir(user_site):
+        before = list(sys.path)
+        site.addsitedir(user_site)
+        added = [p for p in sys.path if p not in before]
+        system = [i for i, p in enumerate(before) if p in site.getsitepackages()]
+        at = system[0] if system else len(before)
+        sys.path[:] = before[:at] + added + before[at:]
+    os.write(report, b'%d 0\n' % os.getpid()); os.close(report)
+    def stream(fd, write, errors, line):
+        raw = io.FileIO(fd, 'wb' if write else 'rb', closefd=False)
+        buffered = raw if write and unbuffered else io.BufferedWriter(raw) if write else io.BufferedReader(raw)
+        text = io.TextIOWrapper(buffered, encoding=sys.stdout.encoding, errors=errors,
+                                line_buffering=line or (write and raw.isatty()), write_through=write and unbuffered)
+        text.mode = 'w' if write else 'r'
+        return text
+    sys.stdin = sys.__stdin__ = stream(0, False, sys.stdin.errors, False)
+    sys.stdout = sys.__stdout__ = stream(1, True, sys.stdout.errors, False)
+    sys.stderr = sys.__stderr__ = stream(2, True, 'backslashreplace', True)
+    sys.argv = args
+    random.seed()
+    numpy = sys.modules.get('numpy.random')
+    if numpy is not None: numpy.seed()
+    main = types.ModuleType('__main__')
+    main.__builtins__ = __builtins__
+    sys.modules['__main__'] = main
+    source = sys.stdin.buffer.read() if code is None else code
+    return main, source, '<stdin>' if code is None else '<string>'
+_main, _source, _name = _start()
+del _start, libc, base, preload, sock, fds, body
+def _run():
+    # What the interpreter would do with the program, but for the end: a full
+    # finalization of the preloaded modules takes far longer than the fork, so
+    # the exit does what a program can see of it -- non-daemon threads are
+    # joined, atexit runs, the program's objects are released (files flush),
+    # stdio is flushed -- and then leaves.
+    import atexit, gc, threading
+    status = 0
+    try:
+        exec(compile(_source, _name, 'exec'), _main.__dict__)
+    except SystemExit as e:
+        status = e.code
+    except BaseException as e:
+        e.__traceback__ = e.__traceback__.tb_next  # as the interpreter reports it, without this frame
+        sys.excepthook(type(e), e, e.__traceback__)
+        if isinstance(e, KeyboardInterrupt): status = 'SIGINT'
+        else: status = 1
+        del e
+    try: threading._shutdown()
+    except BaseException: pass
+    atexit._run_exitfuncs()
+    _main.__dict__.clear()
+    gc.collect()
+    if status is None: status = 0
+    elif status != 'SIGINT' and not isinstance(status, int):
+        try: print(status, file=sys.stderr)
+        except BaseException: pass
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try: stream.flush()
+        except BaseException:
+            if status == 0: status = 120
+    if status == 'SIGINT':
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGINT)
+        status = 130
+    os._exit(status & 0xff)
+_run()
+)PY";
+
 constexpr std::string_view node_driver = R"JS(
 const vm = require('vm'), fs = require('fs'), util = require('util');
 globalThis.require = require;
@@ -385,6 +551,19 @@ local({
 )R";
 
 } // namespace
+
+std::optional<agent::RunRequest> zygote_for(std::string_view language) {
+    const Language* found = find_language(language);
+    if (!found || found->preload.empty() || found->name != "python") return std::nullopt;
+    agent::RunRequest request;
+    request.argv = {"python3", "-c", std::string(python_zygote)};
+    for (auto rest = found->preload; !rest.empty();) {
+        auto end = rest.find(' ');
+        if (end != 0) request.argv.emplace_back(rest.substr(0, end));
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    }
+    return request;
+}
 
 bool has_interpreter(std::string_view language) {
     return std::ranges::any_of(language_table, [language](const Language& l) { return l.name == language && l.repl; });

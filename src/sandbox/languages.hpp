@@ -23,6 +23,8 @@ struct Language {
     std::string_view version;                  // shell command whose output names the version
     std::string_view packages;                 // the Debian packages that provide it
     bool repl;                                 // a persistent interpreter keeps state between calls
+    std::string_view preload = {};             // modules a zygote imports ahead of fresh runs (space-separated;
+                                               // missing ones are skipped); "" = no zygote
 };
 
 // Every language, in the order lists show them.
@@ -54,6 +56,10 @@ Build build_for(const Language& language, std::string code, std::string_view wor
 // Like program_for, but the code travels as an argument so that stdin is the
 // program's own (a background run takes input); nullopt if it is too long for that.
 std::optional<agent::RunRequest> program_with_stdin(std::string_view language, std::string code);
+
+// The zygote that forks `language`'s fresh runs (program_for sets their `fork`),
+// with `language.preload` imported; nullopt if the language has none.
+std::optional<agent::RunRequest> zygote_for(std::string_view language);
 
 // Whether `language` can keep state between calls in a persistent interpreter.
 bool has_interpreter(std::string_view language);

@@ -189,7 +189,10 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     pending->done.expires_after(watchdog);
     pending_[exec_id] = pending;
     if (!options.save_dir.empty()) stream_->send(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
-    stream_->send(agent::encode_run(exec_id, request, options.handle ? agent::FrameType::start : agent::FrameType::run));
+    if (request.fork && !options.handle) start_zygote();
+    stream_->send(agent::encode_run(exec_id, request, options.handle         ? agent::FrameType::start
+                                                      : request.fork ? agent::FrameType::fork
+                                                                     : agent::FrameType::run));
     if (options.handle) options.handle->exec_id = exec_id;
     if (cancel) {
         std::weak_ptr<Sandbox> weak = weak_from_this();
@@ -396,6 +399,7 @@ void Sandbox::start_interpreter(const std::string& language, Interpreter& interp
 void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
     if (env.empty()) return;
     spec_.env = std::move(env);
+    zygote_started_ = false;  // the next fresh run starts it again with these
     for (auto& [language, interpreter] : interpreters_) {
         if (!interpreter->exec_id) continue;
         if (stream_) stream_->send(agent::encode(agent::FrameType::kill, interpreter->exec_id));
@@ -423,7 +427,9 @@ asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
     }
     if (!pending->error.empty()) co_return pending->error;
     if (!pending->result.stdout_text.empty()) co_return std::move(pending->result.stdout_text);
-    // The interpreters ended (their EXIT frames came first); what a client set goes too.
+    // The interpreters ended (their EXIT frames came first); what a client set goes too,
+    // and a zygote started with a client's environment is started again without it.
+    if (!spec_.env.empty()) zygote_started_ = false;
     spec_.env.clear();
     throwaway_ = false;
     stateful_ = true;
@@ -436,6 +442,20 @@ void Sandbox::prewarm(const std::string& language) {
     auto& slot = interpreters_[language];
     if (!slot) slot = std::make_shared<Interpreter>();
     start_interpreter(language, *slot);
+    if (language == "python") start_zygote();
+}
+
+// Fresh Python runs (program_for's `fork`) are forked by the agent's zygote
+// once it is ready; until then, and whenever it cannot, they are exec'd.
+void Sandbox::start_zygote() {
+    if (zygote_started_ || !alive_ || !uses_agent()) return;
+    auto request = zygote_for("python");
+    if (!request) return;
+    zygote_started_ = true;
+    request->cwd = workspace_;
+    request->env.push_back("HOME=" + workspace_);
+    for (const auto& [key, value] : spec_.env) request->env.push_back(key + "=" + value);
+    stream_->send(agent::encode_run(next_exec_id_++, *request, agent::FrameType::zygote));
 }
 
 asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,

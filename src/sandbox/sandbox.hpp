@@ -119,7 +119,8 @@ public:
                                          std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel,
                                          RunOptions options);
 
-    // Starts the interpreter for `language` ahead of its first cell.
+    // Starts the interpreter for `language` ahead of its first cell, and
+    // the zygote for fresh runs (a pooled sandbox serves either).
     void prewarm(const std::string& language);
 
     // Install requirements.txt / package.json before runs when they change.
@@ -153,6 +154,7 @@ private:
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
+    void start_zygote();
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;
@@ -177,6 +179,7 @@ private:
     std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
     bool stateful_ = true;
     bool limit_hit_ = false;
+    bool zygote_started_ = false;  // ZYGOTE sent (the agent restarts a dead one itself)
     bool auto_install_ = true;
     std::string dependencies_fingerprint_;
     std::string agent_log_;

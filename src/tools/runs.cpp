@@ -186,8 +186,11 @@ std::vector<std::string> Runs::note_saved(const std::string& sandbox_id, std::st
     std::uint64_t total = 0;
     for (const auto& entry : saved) total += entry.bytes;
     std::vector<std::string> expired;
+    if (saved.size() <= max_saved_per_sandbox && total <= max_bytes) return expired;
+    std::size_t keep_count = max_saved_per_sandbox * 3 / 4;
+    std::uint64_t keep_bytes = max_bytes / 4 * 3;
     // The newest (just recorded) always stays.
-    for (auto it = saved.begin(); (saved.size() > max_saved_per_sandbox || total > max_bytes) && it + 1 != saved.end();) {
+    for (auto it = saved.begin(); (saved.size() > keep_count || total > keep_bytes) && it + 1 != saved.end();) {
         auto run = find(it->run_id);
         if (run && !run->finished()) {
             ++it;

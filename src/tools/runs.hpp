@@ -121,7 +121,9 @@ public:
     // Records a run whose output was saved in the sandbox (`bytes` of it);
     // returns the ids of the oldest saved runs (never a running one) past
     // max_saved_per_sandbox runs or `max_bytes` in all, whose directories
-    // should go: saved output must not fill the workspace.
+    // should go: saved output must not fill the workspace. Past a limit it
+    // trims to three quarters of it, so that the removal (a process in the
+    // sandbox) comes once in many calls rather than with every call.
     static constexpr std::size_t max_saved_per_sandbox = 100;
     std::vector<std::string> note_saved(const std::string& sandbox_id, std::string run_id, std::uint64_t bytes,
                                         std::uint64_t max_bytes);

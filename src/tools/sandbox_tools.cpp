@@ -287,9 +287,8 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
             auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
             auto sink = watch_sink(watch, progress);
             auto options = run_options(*box, home);
-            // A throwaway sandbox lives for one program, so its (possibly pre-started)
-            // interpreter is as fresh as a new process.
-            bool use_interpreter = box->uses_agent() && (throwaway || (!fresh && box->stateful()));
+            // Throwaway and fresh runs are new processes (Python's forked by the sandbox's zygote).
+            bool use_interpreter = box->uses_agent() && !throwaway && !fresh && box->stateful();
             if (use_interpreter && language->repl) {
                 // Figures come back inline from the stateful REPL (a throwaway run keeps no files to link).
                 if (language->name == "python" && !throwaway) options.figure_dir = box->workspace() + "/" + run_dir(run_id);
