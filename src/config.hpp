@@ -13,6 +13,7 @@ struct Config {
     std::string default_image = CUBICLE_DEFAULT_IMAGE_NAME;
     std::string docker_host;  // empty: DOCKER_HOST or the local socket
     int docker_timeout_s = 30;  // per step of an Engine request; a stalled daemon fails calls instead of hanging them
+    std::string runtime;        // OCI runtime for sandboxes (runsc: gVisor); empty: the engine's default
     int memory_mb = 512;
     double cpus = 1.0;
     int timeout_s = 30;

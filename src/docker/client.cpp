@@ -254,6 +254,7 @@ struct Client::Impl {
     Endpoint endpoint;
     Deadlines deadlines;
     std::string api_version{min_api};
+    Engine engine;
     std::vector<Socket> idle;
 
     // One request and its answer on an open connection.
@@ -374,7 +375,15 @@ asio::awaitable<void> Client::connect() {
         throw Error(0, fmt::format("the Docker daemon speaks API {}, cubicle needs {} or newer (Docker 20.10+)", version, min_api));
     }
     impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
+    // Which engine this is decides how its answers read (engine.hpp); an engine
+    // that cannot say is taken for Docker.
+    auto version_answer = co_await request("GET", "/version");
+    auto info_answer = co_await request("GET", "/info");
+    impl_->engine = parse_engine(version_answer.status == 200 ? version_answer.body : std::string(),
+                                 info_answer.status == 200 ? info_answer.body : std::string());
 }
+
+const Engine& Client::engine() const { return impl_->engine; }
 
 asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
                                                   std::uint64_t max_body) {
@@ -438,7 +447,9 @@ asio::awaitable<void> Client::start_container(std::string id) {
 asio::awaitable<void> Client::kill_container(std::string id, std::string signal) {
     log::debug("killing container {} with {}", id.substr(0, 12), signal);
     auto res = co_await request("POST", "/containers/" + id + "/kill?signal=" + url_encode(signal));
-    if (res.status != 409 && res.status != 404) check(res, "killing the container failed");  // 409: not running
+    if (res.status != 404 && !impl_->engine.kill_found_not_running(res.status, daemon_message(res.body))) {
+        check(res, "killing the container failed");
+    }
 }
 
 asio::awaitable<void> Client::remove_container(std::string id) {

@@ -14,6 +14,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "docker/engine.hpp"
+
 namespace cubicle::docker {
 
 namespace asio = boost::asio;
@@ -103,10 +105,13 @@ public:
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
 
-    // Negotiates the API version from /_ping (floor 1.41). Throws Error with a
-    // clear message when the daemon cannot be reached.
+    // Negotiates the API version from /_ping (floor 1.41) and learns which engine
+    // answers (engine.hpp). Throws Error with a clear message when the daemon cannot
+    // be reached.
     asio::awaitable<void> connect();
     const std::string& api_version() const;
+    // Docker until connect() has learnt otherwise.
+    const Engine& engine() const;
     const Endpoint& endpoint() const;
 
     asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});

@@ -69,6 +69,11 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.tmp_size_mb <= 0) spec.tmp_size_mb = config_.tmp_size_mb;
     if (spec.disk_mb <= 0) spec.disk_mb = config_.disk_mb;
     if (spec.files_limit <= 0) spec.files_limit = config_.files_limit;
+    if (spec.runtime.empty()) spec.runtime = config_.runtime;
+    if (!spec.runtime.empty() && docker_connected_ && !docker_.engine().offers(spec.runtime)) {
+        throw ToolError(fmt::format("sandboxes cannot run under the runtime {} on this host: {}. Ask the operator to fix it",
+                                    spec.runtime, docker_.engine().why_not(spec.runtime)));
+    }
     if (spec.gpu && !daemon_info_.nvidia_runtime()) {
         std::string runtimes;
         for (const auto& runtime : daemon_info_.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + runtime;
@@ -81,6 +86,15 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
                         "(or CUBICLE_ALLOW_NETWORK=1)");
     }
     return spec;
+}
+
+void Manager::set_daemon_info(docker::DaemonInfo info) {
+    daemon_info_ = std::move(info);
+    docker_connected_ = true;
+    const auto& engine = docker_.engine();
+    if (!config_.runtime.empty() && !engine.offers(config_.runtime)) {
+        log::error("--runtime {}: {}; every sandbox will be refused", config_.runtime, engine.why_not(config_.runtime));
+    }
 }
 
 asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status) {
@@ -219,7 +233,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
     std::string sandbox_id = "sb-" + random_hex(6);
-    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent),
+    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent, docker_.engine()),
                                                                  "cubicle-" + sandbox_id);
     std::exception_ptr failure;
     try {
