@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -86,47 +85,74 @@ def local_docker(tmp: Path) -> Iterator[Engine]:
 # --------------------------------------------------------------------------
 
 
-def _podman_base(root: Path) -> list[str]:
-    # Own storage, run and temp directories: nothing shared with the host's Podman or another run.
-    return ["podman", "--root", str(root / "storage"), "--runroot", str(root / "run"), "--tmpdir", str(root / "tmp"),
-            "--events-backend", "file", "--cgroup-manager", "cgroupfs"]
+@dataclass
+class PodmanStore:
+    """Podman's own storage for this session, with the sandbox image in it."""
+    root: Path
+
+    def base(self, *flags: str) -> list[str]:
+        # Own storage, run and temp directories: nothing shared with the host's Podman or another run.
+        r = self.root
+        return ["podman", "--root", str(r / "storage"), "--runroot", str(r / "run"), "--tmpdir", str(r / "tmp"),
+                "--events-backend", "file", "--cgroup-manager", "cgroupfs", *flags]
+
+
+_store: PodmanStore | str | None = None  # the store, or why it could not be made
 
 
 @contextlib.contextmanager
-def podman_service(tmp: Path, name: str = "podman", runtime_args: tuple[str, ...] = ()) -> Iterator[Path]:
-    """Starts a rootful `podman system service` with its own storage and yields its socket."""
+def podman_store(tmp: Path) -> Iterator[PodmanStore]:
+    """Makes the store and copies the sandbox image into it from Docker (never rebuilt)."""
     if shutil.which("podman") is None:
         raise EngineUnavailable(f"podman is not installed (apt-get install {PODMAN_PACKAGES})")
     if os.geteuid() != 0:
         raise EngineUnavailable("the rootful Podman service needs root")
     if docker("image", "inspect", IMAGE, check=False).returncode != 0:
         raise EngineUnavailable(f"the sandbox image {IMAGE} is not in Docker (scripts/make-test-image)")
-    root = tmp / name
-    root.mkdir(parents=True, exist_ok=True)
-    base = [*_podman_base(root), *runtime_args]
-    # The sandbox image, copied from Docker's storage into this Podman's (never rebuilt).
+    store = PodmanStore(tmp / "podman-store")
+    store.root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     save = subprocess.Popen(["docker", "save", IMAGE], stdout=subprocess.PIPE)
-    load = subprocess.run([*base, "load"], stdin=save.stdout, capture_output=True, text=True, timeout=300)
+    load = subprocess.run(store.base("load"), stdin=save.stdout, capture_output=True, text=True, timeout=600)
     assert save.stdout is not None
     save.stdout.close()
     save.wait(timeout=60)
     if save.returncode != 0 or load.returncode != 0:
         raise EngineUnavailable(f"loading {IMAGE} into Podman failed: {load.stderr.strip()[-300:]}")
-    print(f"[engines] {name}: image loaded in {time.monotonic() - started:.1f} s")
-    sock = root / "podman.sock"
-    log = open(root / "service.log", "wb")
-    service = subprocess.Popen([*base, "system", "service", "--time=0", f"unix://{sock}"], stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    print(f"[engines] podman store: {IMAGE} loaded in {time.monotonic() - started:.1f} s")
+    try:
+        yield store
+    finally:
+        # This session's storage only (the services are gone by now).
+        subprocess.run(store.base("system", "reset", "--force"), capture_output=True, timeout=300)
+
+
+@contextlib.contextmanager
+def podman_service(tmp: Path, name: str, runtime_flags: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Starts a rootful `podman system service` on the session's store and yields its socket."""
+    global _store
+    if _store is None:
+        try:
+            _store = _stack.enter_context(podman_store(tmp))
+        except EngineUnavailable as e:
+            _store = str(e)
+    if isinstance(_store, str):
+        raise EngineUnavailable(_store)
+    store = _store
+    sock = tmp / f"{name}.sock"
+    log_path = tmp / f"{name}-service.log"
+    log = open(log_path, "wb")
+    service = subprocess.Popen(store.base(*runtime_flags, "system", "service", "--time=0", f"unix://{sock}"), stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while not _answers(sock):
             if service.poll() is not None or time.monotonic() > deadline:
-                raise EngineUnavailable(f"podman system service did not come up: {(root / 'service.log').read_text()[-300:]}")
+                raise EngineUnavailable(f"podman system service did not come up: {log_path.read_text()[-300:]}")
             time.sleep(0.2)
         yield sock
     finally:
-        # Our own containers first (the service's storage is ours alone), then the service.
+        # Containers this service made (cubicle removes its own; this is for a failed test).
         env = {**os.environ, "DOCKER_HOST": f"unix://{sock}"}
         ids = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.cubicle.managed"], capture_output=True, text=True,
                              env=env).stdout.split()
@@ -139,8 +165,6 @@ def podman_service(tmp: Path, name: str = "podman", runtime_args: tuple[str, ...
             service.kill()
             service.wait()
         log.close()
-        # Storage of this session only; overlay mounts go with the service.
-        subprocess.run([*base, "system", "reset", "--force"], capture_output=True, timeout=120)
 
 
 def _answers(sock: Path) -> bool:
@@ -152,7 +176,7 @@ def _answers(sock: Path) -> bool:
 
 @contextlib.contextmanager
 def podman_engine(tmp: Path) -> Iterator[Engine]:
-    with podman_service(tmp) as sock:
+    with podman_service(tmp, "podman") as sock:
         yield Engine("podman", {"DOCKER_HOST": f"unix://{sock}"})
 
 
@@ -232,10 +256,14 @@ def _selected() -> list[str]:
 _started: dict[str, Engine | str] = {}  # an Engine, or why it could not start
 
 
+# Everything the session started, stopped in reverse order at its end.
+_stack = contextlib.ExitStack()
+
+
 @pytest.fixture(scope="session")
 def _engine_stack():
-    with contextlib.ExitStack() as stack:
-        yield stack
+    with _stack:
+        yield _stack
 
 
 @pytest.fixture(scope="session", params=_selected())
