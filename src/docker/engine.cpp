@@ -65,6 +65,10 @@ Engine parse_engine(std::string_view version_json, std::string_view info_json) {
         if (info.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
             for (auto [key, value] : runtimes) engine.runtimes.emplace_back(key);
         }
+        bool memory = true, pids = true;
+        if (info.root()["MemoryLimit"].get(memory) != simdjson::SUCCESS) memory = true;
+        if (info.root()["PidsLimit"].get(pids) != simdjson::SUCCESS) pids = true;
+        engine.enforces_limits = memory && pids;
         std::string_view text;
         // Podman's DefaultRuntime is its configuration's, not the one --runtime chose.
         if (engine.default_runtime.empty() && info.root()["DefaultRuntime"].get(text) == simdjson::SUCCESS) engine.default_runtime = text;

@@ -19,6 +19,11 @@ struct Engine {
     // for, installed or not: only default_runtime is known to work there.
     std::vector<std::string> runtimes;
 
+    // Whether the engine can hold containers to a memory and a pids limit (/info MemoryLimit
+    // and PidsLimit). Rootless Podman on cgroup v1 cannot: it ignores both, and cubicle
+    // then refuses to start sandboxes rather than run them unbounded.
+    bool enforces_limits = true;
+
     bool podman() const { return kind == Kind::podman; }
     // "Docker 24.0.5", "Podman 4.3.1 (runtime runsc)" for messages and logs.
     std::string describe() const;

@@ -70,6 +70,11 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.disk_mb <= 0) spec.disk_mb = config_.disk_mb;
     if (spec.files_limit <= 0) spec.files_limit = config_.files_limit;
     if (spec.runtime.empty()) spec.runtime = config_.runtime;
+    if (docker_connected_ && !docker_.engine().enforces_limits) {
+        throw ToolError(fmt::format("{} cannot enforce memory and process limits here (rootless on cgroup v1?), so no sandbox "
+                                    "is started. Ask the operator to use a rootful engine or cgroup v2",
+                                    docker_.engine().describe()));
+    }
     if (!spec.runtime.empty() && docker_connected_ && !docker_.engine().offers(spec.runtime)) {
         throw ToolError(fmt::format("sandboxes cannot run under the runtime {} on this host: {}. Ask the operator to fix it",
                                     spec.runtime, docker_.engine().why_not(spec.runtime)));
@@ -92,6 +97,11 @@ void Manager::set_daemon_info(docker::DaemonInfo info) {
     daemon_info_ = std::move(info);
     docker_connected_ = true;
     const auto& engine = docker_.engine();
+    if (!engine.enforces_limits) {
+        log::error("{} reports that it cannot enforce memory or pids limits (/info MemoryLimit, PidsLimit): every sandbox "
+                   "will be refused; use a rootful engine or one on cgroup v2",
+                   engine.describe());
+    }
     if (!config_.runtime.empty() && !engine.offers(config_.runtime)) {
         log::error("--runtime {}: {}; every sandbox will be refused", config_.runtime, engine.why_not(config_.runtime));
     }

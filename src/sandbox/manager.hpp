@@ -64,7 +64,8 @@ public:
     // Starts keeping warm sandboxes of the default profile.
     void start_pool() {
         // A runtime the engine lacks would fail every warm sandbox (set_daemon_info said so).
-        if (closed_ || (!config_.runtime.empty() && !docker_.engine().offers(config_.runtime))) return;
+        const auto& engine = docker_.engine();
+        if (closed_ || !engine.enforces_limits || (!config_.runtime.empty() && !engine.offers(config_.runtime))) return;
         pool_started_ = true;
         pool_.start();
     }

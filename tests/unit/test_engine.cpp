@@ -101,3 +101,10 @@ TEST(Engine, ContainerConfigFitsTheEngine) {
     EXPECT_EQ(host["Runtime"].error(), simdjson::NO_SUCH_FIELD);
     EXPECT_EQ(int64_t(host["PidsLimit"]), 164);
 }
+
+TEST(Engine, KnowsWhenLimitsAreNotEnforced) {
+    EXPECT_TRUE(docker::parse_engine("{}", R"({"MemoryLimit": true, "PidsLimit": true})").enforces_limits);
+    EXPECT_TRUE(docker::parse_engine("{}", "{}").enforces_limits);  // an engine that does not say
+    EXPECT_FALSE(docker::parse_engine("{}", R"({"MemoryLimit": true, "PidsLimit": false})").enforces_limits);
+    EXPECT_FALSE(docker::parse_engine("{}", R"({"MemoryLimit": false, "PidsLimit": true})").enforces_limits);
+}
