@@ -68,7 +68,19 @@ Engine parse_engine(std::string_view version_json, std::string_view info_json) {
         bool memory = true, pids = true;
         if (info.root()["MemoryLimit"].get(memory) != simdjson::SUCCESS) memory = true;
         if (info.root()["PidsLimit"].get(pids) != simdjson::SUCCESS) pids = true;
-        engine.enforces_limits = memory && pids;
+        // Rootless Podman on cgroup v1 says true to both and ignores the limits.
+        bool rootless = false;
+        if (info.root()["Rootless"].get(rootless) != simdjson::SUCCESS) rootless = false;
+        simdjson::dom::array options;  // Docker says it here
+        if (info.root()["SecurityOptions"].get(options) == simdjson::SUCCESS) {
+            for (auto option : options) {
+                std::string_view text;
+                if (option.get(text) == simdjson::SUCCESS && text == "name=rootless") rootless = true;
+            }
+        }
+        std::string_view cgroups;
+        bool cgroup_v1 = info.root()["CgroupVersion"].get(cgroups) == simdjson::SUCCESS && cgroups == "1";
+        engine.enforces_limits = memory && pids && !(rootless && cgroup_v1);
         std::string_view text;
         // Podman's DefaultRuntime is its configuration's, not the one --runtime chose.
         if (engine.default_runtime.empty() && info.root()["DefaultRuntime"].get(text) == simdjson::SUCCESS) engine.default_runtime = text;

@@ -108,3 +108,10 @@ TEST(Engine, KnowsWhenLimitsAreNotEnforced) {
     EXPECT_FALSE(docker::parse_engine("{}", R"({"MemoryLimit": true, "PidsLimit": false})").enforces_limits);
     EXPECT_FALSE(docker::parse_engine("{}", R"({"MemoryLimit": false, "PidsLimit": true})").enforces_limits);
 }
+
+TEST(Engine, RootlessPodmanOnCgroupV1CannotEnforceLimits) {
+    // What rootless Podman 4.3.1 answers on this machine (cgroup v1): limits claimed, not enforced.
+    auto info = R"({"CgroupVersion": "1", "MemoryLimit": true, "PidsLimit": true, "Rootless": true})";
+    EXPECT_FALSE(docker::parse_engine("{}", info).enforces_limits);
+    EXPECT_TRUE(docker::parse_engine("{}", R"({"CgroupVersion": "2", "MemoryLimit": true, "PidsLimit": true, "Rootless": true})").enforces_limits);
+}
