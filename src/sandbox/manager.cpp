@@ -70,15 +70,6 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.disk_mb <= 0) spec.disk_mb = config_.disk_mb;
     if (spec.files_limit <= 0) spec.files_limit = config_.files_limit;
     if (spec.runtime.empty()) spec.runtime = config_.runtime;
-    if (docker_connected_ && !docker_.engine().enforces_limits) {
-        throw ToolError(fmt::format("{} cannot enforce memory and process limits here (rootless on cgroup v1?), so no sandbox "
-                                    "is started. Ask the operator to use a rootful engine or cgroup v2",
-                                    docker_.engine().describe()));
-    }
-    if (!spec.runtime.empty() && docker_connected_ && !docker_.engine().offers(spec.runtime)) {
-        throw ToolError(fmt::format("sandboxes cannot run under the runtime {} on this host: {}. Ask the operator to fix it",
-                                    spec.runtime, docker_.engine().why_not(spec.runtime)));
-    }
     if (spec.gpu && !daemon_info_.nvidia_runtime()) {
         std::string runtimes;
         for (const auto& runtime : daemon_info_.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + runtime;
@@ -241,7 +232,30 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
     co_return co_await launch_with(std::move(spec), false);
 }
 
+asio::awaitable<void> Manager::know_engine() {
+    // A call that comes before start-up has met the engine: the container config depends on it.
+    if (!docker_connected_) {
+        co_await docker_.connect();
+        docker_connected_ = true;
+    }
+}
+
+void Manager::check_engine(const SandboxSpec& spec) const {
+    const auto& engine = docker_.engine();
+    if (!engine.enforces_limits) {
+        throw ToolError(fmt::format("{} cannot enforce memory and process limits here (rootless on cgroup v1?), so no sandbox "
+                                    "is started. Ask the operator to use a rootful engine or cgroup v2",
+                                    engine.describe()));
+    }
+    if (!spec.runtime.empty() && !engine.offers(spec.runtime)) {
+        throw ToolError(fmt::format("sandboxes cannot run under the runtime {} on this host: {}. Ask the operator to fix it",
+                                    spec.runtime, engine.why_not(spec.runtime)));
+    }
+}
+
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
+    co_await know_engine();
+    check_engine(spec);
     std::string sandbox_id = "sb-" + random_hex(6);
     std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent, docker_.engine()),
                                                                  "cubicle-" + sandbox_id);

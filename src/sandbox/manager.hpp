@@ -80,6 +80,10 @@ private:
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
     asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
+    // Connects first when start-up has not yet (which engine it is decides the config).
+    asio::awaitable<void> know_engine();
+    // Throws ToolError when the engine cannot run `spec` (limits, runtime).
+    void check_engine(const SandboxSpec& spec) const;
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);

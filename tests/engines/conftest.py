@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -109,8 +110,8 @@ def podman_store(tmp: Path) -> Iterator[PodmanStore]:
         raise EngineUnavailable("the rootful Podman service needs root")
     if docker("image", "inspect", IMAGE, check=False).returncode != 0:
         raise EngineUnavailable(f"the sandbox image {IMAGE} is not in Docker (scripts/make-test-image)")
-    store = PodmanStore(tmp / "podman-store")
-    store.root.mkdir(parents=True, exist_ok=True)
+    # A short path: Podman refuses a runroot longer than 50 characters (pytest's are longer).
+    store = PodmanStore(Path(tempfile.mkdtemp(prefix="cubicle-podman-")))
     started = time.monotonic()
     save = subprocess.Popen(["docker", "save", IMAGE], stdout=subprocess.PIPE)
     load = subprocess.run(store.base("load"), stdin=save.stdout, capture_output=True, text=True, timeout=600)
@@ -125,6 +126,7 @@ def podman_store(tmp: Path) -> Iterator[PodmanStore]:
     finally:
         # This session's storage only (the services are gone by now).
         subprocess.run(store.base("system", "reset", "--force"), capture_output=True, timeout=300)
+        shutil.rmtree(store.root, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -43,7 +43,7 @@ def run_text(sc: dict) -> str:
 
 async def test_lifecycle(engine: Engine):
     async with serve(engine, tag="lifecycle") as s:
-        assert s.init_result.serverInfo.name
+        assert s.init_result.server_info.name == "cubicle", s.init_result
         sc = await s.ok("execute_code", {"code": "print(6 * 7)"})
         assert sc["stdout"] == "42\n", run_text(sc)
         box = await s.new_sandbox()

@@ -74,7 +74,7 @@ TEST(Engine, ContainerConfigFitsTheEngine) {
     spec.tmp_size_mb = 64;
     spec.disk_mb = 32;
     simdjson::dom::parser on_docker;
-    auto host = on_docker.parse(sandbox::container_config(spec, "inst", "sb-1"))["HostConfig"];
+    simdjson::dom::element host = on_docker.parse(sandbox::container_config(spec, "inst", "sb-1"))["HostConfig"].value();
     EXPECT_EQ(ulimit_names(host), "nofile fsize core ");
     EXPECT_EQ(std::string_view(host["Tmpfs"]["/tmp"]).find("noexec") != std::string_view::npos, true);
     EXPECT_EQ(host["Tmpfs"]["/run"].error(), simdjson::NO_SUCH_FIELD);
@@ -83,7 +83,7 @@ TEST(Engine, ContainerConfigFitsTheEngine) {
 
     auto podman = docker::parse_engine(recorded("podman_version.json"), recorded("podman_info.json"));
     simdjson::dom::parser on_podman;
-    host = on_podman.parse(sandbox::container_config(spec, "inst", "sb-1", true, podman))["HostConfig"];
+    host = on_podman.parse(sandbox::container_config(spec, "inst", "sb-1", true, podman))["HostConfig"].value();
     EXPECT_EQ(ulimit_names(host), "nofile fsize core nproc ");
     EXPECT_EQ(std::string_view(host["Tmpfs"]["/run"]).substr(0, 3), "ro,");
     EXPECT_EQ(std::string_view(host["Tmpfs"]["/var/tmp"]).substr(0, 3), "ro,");
@@ -91,13 +91,13 @@ TEST(Engine, ContainerConfigFitsTheEngine) {
     // gVisor: room for its own tasks and memory; Docker is told the runtime, Podman is not.
     spec.runtime = "runsc";
     simdjson::dom::parser on_docker_runsc;
-    host = on_docker_runsc.parse(sandbox::container_config(spec, "inst", "sb-1"))["HostConfig"];
+    host = on_docker_runsc.parse(sandbox::container_config(spec, "inst", "sb-1"))["HostConfig"].value();
     EXPECT_EQ(std::string_view(host["Runtime"]), "runsc");
     EXPECT_EQ(int64_t(host["PidsLimit"]), 164);
     EXPECT_EQ(int64_t(host["Memory"]), (256 + 32 + 64) << 20);
     auto gvisor = docker::parse_engine(recorded("podman_runsc_version.json"), recorded("podman_info.json"));
     simdjson::dom::parser on_gvisor;
-    host = on_gvisor.parse(sandbox::container_config(spec, "inst", "sb-1", true, gvisor))["HostConfig"];
+    host = on_gvisor.parse(sandbox::container_config(spec, "inst", "sb-1", true, gvisor))["HostConfig"].value();
     EXPECT_EQ(host["Runtime"].error(), simdjson::NO_SUCH_FIELD);
     EXPECT_EQ(int64_t(host["PidsLimit"]), 164);
 }
