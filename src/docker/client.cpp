@@ -454,6 +454,11 @@ asio::awaitable<void> Client::kill_container(std::string id, std::string signal)
 
 asio::awaitable<void> Client::remove_container(std::string id) {
     auto res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
+    // Podman (seen under gVisor) answers 500 "container state improper" when the container
+    // stopped while it was being killed for removal; asked again, it removes it.
+    if (res.status == 500 && impl_->engine.kill_found_not_running(res.status, daemon_message(res.body))) {
+        res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
+    }
     // 404: already gone; 409: a removal is already under way.
     if (res.status != 404 && res.status != 409) check(res, "removing the container failed");
 }
