@@ -89,8 +89,8 @@ void Manager::set_daemon_info(docker::DaemonInfo info) {
     docker_connected_ = true;
     const auto& engine = docker_.engine();
     if (!engine.enforces_limits) {
-        log::error("{} reports that it cannot enforce memory or pids limits (/info MemoryLimit, PidsLimit): every sandbox "
-                   "will be refused; use a rootful engine or one on cgroup v2",
+        log::error("{} cannot enforce memory or pids limits (rootless on cgroup v1, or /info MemoryLimit or PidsLimit false): "
+                   "every sandbox will be refused; use a rootful engine or one on cgroup v2",
                    engine.describe());
     }
     if (!config_.runtime.empty() && !engine.offers(config_.runtime)) {
