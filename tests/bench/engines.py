@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
+# tests/ first: its engines package, not this script, is `engines`.
+sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import bench  # noqa: E402  (tests/bench/bench.py)
 from engines import conftest as engines  # noqa: E402  (tests/engines/conftest.py)
@@ -30,11 +31,11 @@ from engines import conftest as engines  # noqa: E402  (tests/engines/conftest.p
 POOL_WAIT_S = 30.0
 
 
-async def wait_pool_warm(server: bench.Server, engine: engines.Engine, size: int) -> bool:
-    """Until `size` warm containers of this server run (pooled sandboxes carry no owner yet)."""
+async def wait_pool_warm(instance: str, engine: engines.Engine, size: int) -> bool:
+    """Until `size` containers of this server run: its warm pool when nothing else is in use."""
     deadline = time.monotonic() + POOL_WAIT_S
     while time.monotonic() < deadline:
-        ids = await asyncio.to_thread(engine.container_ids, "io.cubicle.managed")
+        ids = await asyncio.to_thread(engine.container_ids, f"io.cubicle.instance={instance}")
         running = [i for i in ids if engine.cli("inspect", "-f", "{{.State.Running}}", i, check=False).stdout.strip() == "true"]
         if len(running) >= size:
             return True
@@ -49,11 +50,13 @@ async def measure(engine: engines.Engine, rounds: int, log_dir: Path) -> dict[st
     await start_with_env(server, engine.env)
     out: dict[str, list[float]] = {"stateful": [], "throwaway": [], "pool": []}
     try:
-        await wait_pool_warm(server, engine, 2)
+        await asyncio.sleep(5)  # start-up and the first warm containers
         r = await server.call("initialize_sandbox", {})
         if r.error:
             raise RuntimeError(f"initialize_sandbox: {r.error}")
         sid = r.sc["sandbox_id"]
+        labels = engine.cli("inspect", "-f", '{{index .Config.Labels "io.cubicle.instance"}}', r.sc["container_id"])
+        instance = labels.stdout.strip()
         await server.call("execute_code", {"sandbox_id": sid, "code": bench.PRINT1})  # warm the interpreter
         for _ in range(rounds):
             r = await server.call("execute_code", {"sandbox_id": sid, "code": bench.PRINT1})
@@ -61,12 +64,12 @@ async def measure(engine: engines.Engine, rounds: int, log_dir: Path) -> dict[st
                 out["stateful"].append(r.elapsed_ms)
         await server.call("stop_sandbox", {"sandbox_id": sid})
         for _ in range(rounds):
-            await wait_pool_warm(server, engine, 1)
+            await wait_pool_warm(instance, engine, 2)
             r = await server.call("execute_code", {"code": bench.PRINT1})
             if bench.ok_print1(r):
                 out["throwaway"].append(r.elapsed_ms)
         for _ in range(max(3, rounds // 2)):
-            await wait_pool_warm(server, engine, 2)
+            await wait_pool_warm(instance, engine, 2)
             r = await server.call("initialize_sandbox", {})
             if r.error is None:
                 out["pool"].append(r.elapsed_ms)
@@ -102,13 +105,13 @@ def main() -> int:
     base: dict[str, float] = {}
     with engines._stack:
         for name in names:
+            (tmp / name).mkdir(exist_ok=True)
             try:
                 engine = engines._stack.enter_context(engines.ENGINES[name](tmp / name))
             except engines.EngineUnavailable as e:
                 for what in ("stateful", "throwaway", "pool"):
                     rows.append(bench.Row("E", f"{name}: {what}", na=str(e)[:120]))
                 continue
-            (tmp / name).mkdir(exist_ok=True)
             results = asyncio.run(measure(engine, opts.rounds, tmp))
             for what, label in (("stateful", "stateful execute_code print(1)"), ("throwaway", "throwaway execute_code print(1)"),
                                 ("pool", "initialize_sandbox from the pool")):
