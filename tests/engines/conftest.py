@@ -126,7 +126,40 @@ def podman_store(tmp: Path) -> Iterator[PodmanStore]:
     finally:
         # This session's storage only (the services are gone by now).
         subprocess.run(store.base("system", "reset", "--force"), capture_output=True, timeout=300)
+        _end_leftovers(store.root)
         shutil.rmtree(store.root, ignore_errors=True)
+
+
+def _end_leftovers(root: Path) -> None:
+    """What Podman leaves of this store: conmon processes of exec sessions whose container is
+    gone (seen after workspaces), and its private bind mount of storage/overlay. Only
+    processes and mounts naming this store's own directory are touched."""
+    marker = (str(root) + "/").encode()
+
+    def naming_store() -> list[tuple[int, bytes]]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(marker in a for a in argv):
+                    found.append((int(proc.name), argv[0]))
+        return found
+
+    for pid, program in naming_store():
+        if program.endswith(b"conmon"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    # A conmon that ends runs `podman container cleanup` (its exit command), which mounts
+    # the store again: wait for those before unmounting.
+    deadline = time.monotonic() + 20
+    while naming_store() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if len(line.split()) > 1]
+    for mount in sorted((m for m in mounts if m.startswith(marker.decode())), reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True, timeout=30)
 
 
 @contextlib.contextmanager
