@@ -248,3 +248,11 @@ async def test_no_root_no_capabilities(engine: Engine, srv):
     sc = await srv.ok("execute_code", {"code": code})
     uid, caps, setuid = sc["stdout"].split("\n")[:3]
     assert uid == "1000 1000" and int(caps, 16) == 0 and setuid == "refused", run_text(sc)
+
+
+async def test_a_runtime_the_engine_lacks_is_refused_with_the_reason(engine: Engine):
+    if engine.runtime == "runsc":
+        pytest.skip(f"{engine.name} runs runsc: nothing to refuse")
+    async with start_server("--runtime", "runsc", "--pool-size", "0", env=engine.env, tag=f"{engine.name}-no-runsc") as s:
+        kind, text = await s.tool_error("initialize_sandbox", {})
+        assert kind == "isError" and "runsc" in text and ("daemon.json" in text or "system service" in text), text
