@@ -105,6 +105,8 @@ const std::vector<Option>& options() {
         {"--docker-timeout-s", "CUBICLE_DOCKER_TIMEOUT_S", "N",
          "longest wait for each step of a Docker request (connect, send, answer, each pause in a body)",
          [](Config& c, std::string_view v) { c.docker_timeout_s = parse_number("--docker-timeout-s", v, 1, 3600); }},
+        {"--runtime", "CUBICLE_RUNTIME", "NAME", "OCI runtime for sandboxes, such as runsc (gVisor); the engine must offer it",
+         [](Config& c, std::string_view v) { c.runtime = v; }},
         {"--memory-mb", "CUBICLE_MEMORY_MB", "N", "default memory limit per sandbox (swap disabled)",
          [](Config& c, std::string_view v) { c.memory_mb = parse_number("--memory-mb", v, 16, 1 << 20); }},
         {"--cpus", "CUBICLE_CPUS", "X", "default CPU limit per sandbox",

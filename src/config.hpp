@@ -17,6 +17,7 @@ struct Config {
     std::string docker_cert_path;    // ca.pem, cert.pem, key.pem (empty: the docker config directory)
     std::string docker_ssh_config;   // ssh -F for ssh:// endpoints (empty: the user's ~/.ssh/config)
     int docker_timeout_s = 30;  // per step of an Engine request; a stalled daemon fails calls instead of hanging them
+    std::string runtime;        // OCI runtime for sandboxes (runsc: gVisor); empty: the engine's default
     int memory_mb = 512;
     double cpus = 1.0;
     int timeout_s = 30;

@@ -59,8 +59,8 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             co_await docker.connect();
             manager.set_daemon_info(co_await docker.info());
             bool image_present = co_await manager.check_default_image();
-            log::info("cubicle {} serving on {}; Docker at {} ({}, API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
-                      docker.endpoint().describe(), docker.endpoint().source, docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
+            log::info("cubicle {} serving on {}; {} at {} ({}, API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
+                      docker.engine().describe(), docker.endpoint().describe(), docker.endpoint().source, docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
                       image_present ? manager.pool_size() : 0);
             co_await manager.remove_orphans();
             if (image_present) manager.start_pool();

@@ -165,8 +165,7 @@ asio::awaitable<int> doctor(CommandLine command_line) {
     }
     try {
         co_await docker.connect();
-        auto version = co_await docker.request("GET", "/version");
-        report.pass(fmt::format("Docker endpoint {} reachable: Docker {}, Engine API {}", endpoint.describe(), json_string(version.body, "Version"),
+        report.pass(fmt::format("Docker endpoint {} reachable: {}, Engine API {}", endpoint.describe(), docker.engine().describe(),
                                 docker.api_version()));
     } catch (const std::exception& e) {
         report.fail(fmt::format("Docker endpoint {}: {}", endpoint.describe(), e.what()), connection_fix(e.what()));
@@ -207,17 +206,25 @@ asio::awaitable<int> doctor(CommandLine command_line) {
         else report.fail(fmt::format("default image {} is not on this host", config.default_image), "pull or build it, or drop --default-image");
     }
 
+    // The engine's own runtime first; Podman lists runtimes it merely knows a path for.
+    const auto& engine = docker.engine();
+    if (!engine.default_runtime.empty()) default_runtime = engine.default_runtime;
     std::string runtimes = default_runtime + " (default)";
     for (const auto& runtime : info.runtimes) {
         if (runtime != default_runtime) runtimes += ", " + runtime;
     }
-    report.pass(fmt::format("container runtimes: {}", runtimes));
-    if (std::find(info.runtimes.begin(), info.runtimes.end(), "runsc") == info.runtimes.end()) {
-        report.fail("gVisor (runsc) is not registered with the daemon: sandboxes share the host kernel",
-                    "for a stronger boundary install gVisor and register runsc in /etc/docker/daemon.json (https://gvisor.dev/docs/user_guide/install/)",
-                    false);
+    report.pass(fmt::format("{}: container runtimes {}{}", engine.describe(), runtimes,
+                            engine.runtime_per_container() ? "" : " (Podman uses only its service's runtime)"));
+    if (!config.runtime.empty()) {
+        if (engine.offers(config.runtime)) report.pass(fmt::format("--runtime {}: offered by the engine", config.runtime));
+        else report.fail(fmt::format("--runtime {} cannot be used: {}", config.runtime, engine.why_not(config.runtime)),
+                         "pick a runtime the engine offers, or drop --runtime");
+    }
+    if (engine.offers("runsc")) {
+        report.pass(docker::is_gvisor(config.runtime) ? "gVisor (runsc) is in use"
+                                                      : "gVisor (runsc) is available: --runtime runsc gives a stronger boundary");
     } else {
-        report.pass("gVisor (runsc) is available");
+        report.fail("gVisor (runsc) is not usable: sandboxes share the host kernel", engine.why_not("runsc"), false);
     }
     if (info.nvidia_runtime()) report.pass("NVIDIA runtime: initialize_sandbox {gpu: true} works");
     else report.fail("no NVIDIA runtime: gpu: true is refused", "install the NVIDIA Container Toolkit if sandboxes need GPUs", false);

@@ -183,6 +183,7 @@ struct Client::Impl {
     Deadlines deadlines;
     std::unique_ptr<Transport> transport;  // before `idle`: idle connections close first
     std::string api_version{min_api};
+    Engine engine;
     std::vector<Socket> idle;
 
     // One request and its answer on an open connection.
@@ -274,7 +275,15 @@ asio::awaitable<void> Client::connect() {
     impl_->api_version = compare_versions(version, max_api) > 0 ? std::string(max_api) : version;
     // Kept for the next request: over ssh a new connection costs a handshake.
     if (exchange.reusable && impl_->idle.size() < max_idle_connections) impl_->idle.push_back(std::move(exchange.socket));
+    // Which engine this is decides how its answers read (engine.hpp); an engine
+    // that cannot say is taken for Docker.
+    auto version_answer = co_await request("GET", "/version");
+    auto info_answer = co_await request("GET", "/info");
+    impl_->engine = parse_engine(version_answer.status == 200 ? version_answer.body : std::string(),
+                                 info_answer.status == 200 ? info_answer.body : std::string());
 }
+
+const Engine& Client::engine() const { return impl_->engine; }
 
 asio::awaitable<Client::Response> Client::request(std::string method, std::string target, std::string body, std::string content_type,
                                                   std::uint64_t max_body) {
@@ -339,11 +348,18 @@ asio::awaitable<void> Client::start_container(std::string id) {
 asio::awaitable<void> Client::kill_container(std::string id, std::string signal) {
     log::debug("killing container {} with {}", id.substr(0, 12), signal);
     auto res = co_await request("POST", "/containers/" + id + "/kill?signal=" + url_encode(signal));
-    if (res.status != 409 && res.status != 404) check(res, "killing the container failed");  // 409: not running
+    if (res.status != 404 && !impl_->engine.kill_found_not_running(res.status, daemon_message(res.body))) {
+        check(res, "killing the container failed");
+    }
 }
 
 asio::awaitable<void> Client::remove_container(std::string id) {
     auto res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
+    // Podman (seen under gVisor) answers 500 "container state improper" when the container
+    // stopped while it was being killed for removal; asked again, it removes it.
+    if (res.status == 500 && impl_->engine.kill_found_not_running(res.status, daemon_message(res.body))) {
+        res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
+    }
     // 404: already gone; 409: a removal is already under way.
     if (res.status != 404 && res.status != 409) check(res, "removing the container failed");
 }

@@ -15,6 +15,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "docker/endpoint.hpp"
+#include "docker/engine.hpp"
 
 namespace cubicle::docker {
 
@@ -94,10 +95,13 @@ public:
     Client& operator=(const Client&) = delete;
 
     // Throws std::invalid_argument when the endpoint's TLS material cannot be loaded.
-    // Negotiates the API version from /_ping (floor 1.41). Throws Error with a
-    // clear message when the daemon cannot be reached.
+    // Negotiates the API version from /_ping (floor 1.41) and learns which engine
+    // answers (engine.hpp). Throws Error with a clear message when the daemon cannot
+    // be reached.
     asio::awaitable<void> connect();
     const std::string& api_version() const;
+    // Docker until connect() has learnt otherwise.
+    const Engine& engine() const;
     const Endpoint& endpoint() const;
 
     asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});

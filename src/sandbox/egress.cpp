@@ -47,7 +47,7 @@ asio::awaitable<void> Egress::ensure() {
 
 asio::awaitable<void> Egress::start() {
     network_id_ = co_await docker_.create_network(egress_network_config(network_name_, instance_));
-    proxy_id_ = co_await docker_.create_container(proxy_config(config_.default_image, instance_, network_name_, config_.egress_allow),
+    proxy_id_ = co_await docker_.create_container(proxy_config(config_.default_image, instance_, network_name_, config_.egress_allow, docker_.engine()),
                                                   "cubicle-proxy-" + instance_);
     co_await docker_.put_archive(proxy_id_, agent_dir, agent_archive());
     // The proxy's second network is the way out.

@@ -71,6 +71,7 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.tmp_size_mb <= 0) spec.tmp_size_mb = config_.tmp_size_mb;
     if (spec.disk_mb <= 0) spec.disk_mb = config_.disk_mb;
     if (spec.files_limit <= 0) spec.files_limit = config_.files_limit;
+    if (spec.runtime.empty()) spec.runtime = config_.runtime;
     if (spec.gpu && !daemon_info_.nvidia_runtime()) {
         std::string runtimes;
         for (const auto& runtime : daemon_info_.runtimes) runtimes += (runtimes.empty() ? "" : ", ") + runtime;
@@ -83,6 +84,20 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
                         "(or CUBICLE_ALLOW_NETWORK=1)");
     }
     return spec;
+}
+
+void Manager::set_daemon_info(docker::DaemonInfo info) {
+    daemon_info_ = std::move(info);
+    docker_connected_ = true;
+    const auto& engine = docker_.engine();
+    if (!engine.enforces_limits) {
+        log::error("{} cannot enforce memory or pids limits (rootless on cgroup v1, or /info MemoryLimit or PidsLimit false): "
+                   "every sandbox will be refused; use a rootful engine or one on cgroup v2",
+                   engine.describe());
+    }
+    if (!config_.runtime.empty() && !engine.offers(config_.runtime)) {
+        log::error("--runtime {}: {}; every sandbox will be refused", config_.runtime, engine.why_not(config_.runtime));
+    }
 }
 
 asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status) {
@@ -221,9 +236,32 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
     co_return co_await launch_with(std::move(spec), false);
 }
 
+asio::awaitable<void> Manager::know_engine() {
+    // A call that comes before start-up has met the engine: the container config depends on it.
+    if (!docker_connected_) {
+        co_await docker_.connect();
+        docker_connected_ = true;
+    }
+}
+
+void Manager::check_engine(const SandboxSpec& spec) const {
+    const auto& engine = docker_.engine();
+    if (!engine.enforces_limits) {
+        throw ToolError(fmt::format("{} cannot enforce memory and process limits here (rootless on cgroup v1?), so no sandbox "
+                                    "is started. Ask the operator to use a rootful engine or cgroup v2",
+                                    engine.describe()));
+    }
+    if (!spec.runtime.empty() && !engine.offers(spec.runtime)) {
+        throw ToolError(fmt::format("sandboxes cannot run under the runtime {} on this host: {}. Ask the operator to fix it",
+                                    spec.runtime, engine.why_not(spec.runtime)));
+    }
+}
+
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
+    co_await know_engine();
+    check_engine(spec);
     std::string sandbox_id = "sb-" + random_hex(6);
-    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent),
+    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent, docker_.engine()),
                                                                  "cubicle-" + sandbox_id);
     std::exception_ptr failure;
     try {

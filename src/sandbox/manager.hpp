@@ -59,11 +59,14 @@ public:
     asio::awaitable<void> remove_orphans();
     // Runs remove_orphans periodically: other servers may die while this one runs.
     asio::awaitable<void> sweep_orphans();
-    // What the daemon offers (GPUs), read once at start-up.
-    void set_daemon_info(docker::DaemonInfo info) { daemon_info_ = std::move(info); }
+    // What the daemon offers (GPUs), read once at start-up after connecting; logs an
+    // error when the engine cannot run the configured --runtime (sandboxes are then refused).
+    void set_daemon_info(docker::DaemonInfo info);
     // Starts keeping warm sandboxes of the default profile.
     void start_pool() {
-        if (closed_) return;
+        // A runtime the engine lacks would fail every warm sandbox (set_daemon_info said so).
+        const auto& engine = docker_.engine();
+        if (closed_ || !engine.enforces_limits || (!config_.runtime.empty() && !engine.offers(config_.runtime))) return;
         pool_started_ = true;
         pool_.start();
     }
@@ -78,6 +81,10 @@ private:
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
     asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
+    // Connects first when start-up has not yet (which engine it is decides the config).
+    asio::awaitable<void> know_engine();
+    // Throws ToolError when the engine cannot run `spec` (limits, runtime).
+    void check_engine(const SandboxSpec& spec) const;
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
@@ -107,6 +114,7 @@ private:
     std::size_t per_owner_limit_ = 0;
     bool closed_ = false;
     docker::DaemonInfo daemon_info_;
+    bool docker_connected_ = false;  // docker_.engine() is known
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
     std::map<std::string, std::shared_ptr<Sandbox>> workspace_hosts_;  // by profile
     unsigned next_workspace_uid_ = 10000;

@@ -14,13 +14,34 @@ constexpr std::int64_t mib = 1024 * 1024;
 constexpr std::int64_t max_file_bytes = 1024 * mib;  // fsize: no single file over 1 GiB
 constexpr std::int64_t open_files = 1024;
 
+// Podman's default for root (1048576) cannot be set here; this is far above any PidsLimit.
+constexpr std::int64_t podman_nproc = 32768;
+
 void ulimit(json::Writer& w, std::string_view name, std::int64_t value) {
     w.begin_object().field("Name", name).field("Soft", value).field("Hard", value).end_object();
 }
 
+// The Ulimits every container of ours carries, with what `engine` needs besides.
+void ulimits(json::Writer& w, const docker::Engine& engine) {
+    w.key("Ulimits").begin_array();
+    ulimit(w, "nofile", open_files);
+    ulimit(w, "fsize", max_file_bytes);
+    ulimit(w, "core", 0);
+    if (engine.needs_nproc_ulimit()) ulimit(w, "nproc", podman_nproc);
+    w.end_array();
+}
+
+// Writable places are the same on every engine: Podman's extra tmpfs mounts on a
+// read-only root are covered by read-only ones (engine.hpp).
+void engine_tmpfs(json::Writer& w, const docker::Engine& engine) {
+    if (!engine.adds_writable_tmpfs()) return;
+    for (const char* path : {"/run", "/var/tmp"}) w.field(path, "ro,noexec,nosuid,nodev,size=64k,mode=755");
+}
+
 } // namespace
 
-std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent) {
+std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
+                             const docker::Engine& engine) {
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
@@ -68,10 +89,13 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("Init", true);
     w.field("Privileged", false);
     w.field("IpcMode", "private");
-    w.field("PidsLimit", static_cast<std::int64_t>(spec.pids_limit));
+    if (!spec.runtime.empty() && engine.runtime_per_container()) w.field("Runtime", spec.runtime);
+    // The runtime's own tasks and memory (gVisor's) come on top of what the sandbox's programs may use.
+    auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
+    w.field("PidsLimit", static_cast<std::int64_t>(spec.pids_limit) + overhead.pids);
     // The workspace's tmpfs pages are charged to the sandbox: its quota comes on top
     // of what its programs may use.
-    auto memory = (static_cast<std::int64_t>(spec.memory_mb) + spec.disk_mb) * mib;
+    auto memory = (static_cast<std::int64_t>(spec.memory_mb) + spec.disk_mb + overhead.memory_mb) * mib;
     w.field("Memory", memory);
     w.field("MemorySwap", memory);  // equal to Memory: no swap
     w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));
@@ -82,13 +106,11 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
         w.key("Capabilities").begin_array().begin_array().value("gpu").end_array().end_array();
         w.end_object().end_array();
     }  // under memory pressure the host kills sandboxes first
-    w.key("Ulimits").begin_array();
-    ulimit(w, "nofile", open_files);
-    ulimit(w, "fsize", max_file_bytes);
-    ulimit(w, "core", 0);
-    w.end_array();
+    ulimits(w, engine);
+    // noexec spelt out: Docker adds it by default, Podman does not.
     w.key("Tmpfs").begin_object();
-    w.field("/tmp", fmt::format("rw,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
+    w.field("/tmp", fmt::format("rw,noexec,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
+    engine_tmpfs(w, engine);
     w.end_object();
     // Anonymous volumes, removed with the container: the workspace must be a
     // volume (archive PUT skips tmpfs mounts and refuses a read-only root), and
@@ -141,7 +163,7 @@ std::string egress_network_config(const std::string& name, const std::string& in
 }
 
 std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow) {
+                         const std::vector<std::string>& allow, const docker::Engine& engine) {
     json::Writer w;
     w.begin_object().field("Image", image);
     w.key("Entrypoint").begin_array().value(agent_path).value("--proxy").value(std::to_string(proxy_port));
@@ -162,6 +184,10 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.field("ReadonlyRootfs", true).field("Init", true).field("Privileged", false);
     w.field("PidsLimit", static_cast<std::int64_t>(64));
     w.field("Memory", 256 * mib).field("MemorySwap", 256 * mib);  // 256 connections x 2 x 256 KiB buffers fit
+    ulimits(w, engine);
+    w.key("Tmpfs").begin_object();
+    engine_tmpfs(w, engine);
+    w.end_object();
     w.key("Mounts").begin_array();
     w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
     w.end_array();

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "docker/engine.hpp"
+
 namespace cubicle::sandbox {
 
 inline constexpr const char* workspace_dir = "/workspace";
@@ -37,12 +39,15 @@ struct SandboxSpec {
     int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory
     int files_limit = 0;   // and this many inodes
     std::vector<std::pair<std::string, std::string>> env;
+    // The OCI runtime (runsc for gVisor); empty: the engine's default.
+    std::string runtime;
 };
 
 // The JSON body of POST /containers/create for `spec`. Without `agent` the
 // main process is a shell that only waits for its stdin to close (exec fallback).
+// `engine` says how the engine differs from Docker (docker/engine.hpp).
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
-                             bool agent = true);
+                             bool agent = true, const docker::Engine& engine = {});
 
 // The JSON body of POST /containers/{id}/exec. An empty `user` keeps the container's.
 struct ExecSpec {
@@ -61,7 +66,7 @@ inline constexpr int proxy_port = 3128;
 // The egress proxy's container: the agent in proxy mode, locked down like a
 // sandbox, on `network` (internal) under the name proxy_alias.
 std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow);
+                         const std::vector<std::string>& allow, const docker::Engine& engine = {});
 
 // The internal network networked sandboxes share: no route out but the proxy.
 std::string egress_network_config(const std::string& name, const std::string& instance);

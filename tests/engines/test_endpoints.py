@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import CUBICLE_BIN, CubicleServer, server_args, server_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from remote import free_port, make_ca, make_tls_material, ssh_client_config, ssh_engine, tls_engine  # noqa: E402
+from engines.remote import free_port, make_ca, make_tls_material, ssh_client_config, ssh_engine, tls_engine
 
 ENGINES = {"ssh": ssh_engine, "tls": tls_engine}
 DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
