@@ -1,4 +1,4 @@
-// Resources as the protocol sees them: a provider (the sandboxes' files) lists
+// Resources as the protocol sees them: a provider (the sandboxes' files, the languages) lists
 // and reads them; the session only speaks resources/list, /templates/list, /read.
 #pragma once
 
@@ -17,6 +17,8 @@ struct Resource {
     std::string name;
     std::string mime_type;
     std::uint64_t size = 0;
+    std::string title;        // optional
+    std::string description;  // optional
 };
 
 struct ResourceTemplate {
