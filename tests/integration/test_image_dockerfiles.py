@@ -7,8 +7,8 @@ keeps them from drifting. They are proved to build here through the Engine API
 reachable, so the public default BASE (debian:bookworm-slim) cannot be pulled. That base
 carries this machine's own apt sources, which apt inside the build uses.
 
-Times on a 2-core machine shared with other work: the base about 1 minute (once, kept),
-sandbox-minimal about 2 minutes. The default image (several minutes) is built only with
+Times on the 2-core machine shared with other work: the base about 3 minutes (once, kept),
+sandbox-minimal about 3 minutes. The default image (several minutes) is built only with
 CUBICLE_SLOW=1.
 """
 
@@ -74,7 +74,10 @@ def debian_base() -> str:
         return name
     if os.geteuid() != 0 or subprocess.run(["which", "mmdebstrap"], capture_output=True).returncode != 0:
         pytest.skip(f"{name} is missing and cannot be made here (needs root and mmdebstrap)")
-    command = ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=ca-certificates",
+    # Slim like debian:*-slim: no documentation, manuals or translations.
+    excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "info", "groff", "lintian", "locale")]
+    command = ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=ca-certificates", *excludes,
+               "--dpkgopt=path-include=/usr/share/doc/*/copyright", "--essential-hook=mkdir -p \"$1/usr/share/man/man1\"",
                "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*", suite, "-", *apt_source_files()]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
