@@ -16,7 +16,7 @@ struct Resource {
     std::string uri;
     std::string name;
     std::string mime_type;
-    std::uint64_t size = 0;
+    std::uint64_t size = 0;   // 0: not known
     std::string title;        // optional
     std::string description;  // optional
 };

@@ -675,7 +675,9 @@ asio::awaitable<void> Session::serve_resources(std::shared_ptr<Request> request)
                 w.begin_object().field("uri", r.uri).field("name", r.name);
                 if (!r.title.empty()) w.field("title", r.title);
                 if (!r.description.empty()) w.field("description", r.description);
-                w.field("mimeType", r.mime_type).field("size", r.size).end_object();
+                w.field("mimeType", r.mime_type);
+                if (r.size) w.field("size", r.size);  // 0: not known
+                w.end_object();
             }
             w.end_array();
             if (!page.next_cursor.empty()) w.field("nextCursor", page.next_cursor);
