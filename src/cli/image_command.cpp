@@ -1,4 +1,5 @@
-// `cubicle image build [PROFILE…] [--force]` and `cubicle image list`.
+// `cubicle image build [PROFILE…] [--force]`, `cubicle image list` and
+// `cubicle image dockerfile PROFILE`.
 #include <cstdio>
 #include <string_view>
 
@@ -13,6 +14,7 @@
 #include "docker/client.hpp"
 #include "image/builder.hpp"
 #include "image/profiles.hpp"
+#include "image/recipe.hpp"
 #include "sandbox/manager.hpp"
 
 namespace cubicle::cli {
@@ -23,7 +25,8 @@ namespace asio = boost::asio;
 std::string help() {
     std::string out =
         "usage: cubicle image build [PROFILE...] [--force]   build images (default: every sandbox profile)\n"
-        "       cubicle image list                           the profiles and whether their images are current\n\n"
+        "       cubicle image list                           the profiles and whether their images are current\n"
+        "       cubicle image dockerfile PROFILE             print the profile as a Dockerfile (images/PROFILE.Dockerfile)\n\n"
         "Images are built offline from this machine's apt sources with mmdebstrap (needs root) and\n"
         "imported through the Docker Engine API; an image whose recipe is unchanged is kept.\n"
         "Server options such as --docker-host apply too.\n\nprofiles:\n";
@@ -115,7 +118,12 @@ int image_command(int argc, char** argv) {
             return run(build, std::move(command_line));
         }
         if (command_line.words[0] == "list" && command_line.words.size() == 1) return run(list, std::move(command_line));
-        throw std::invalid_argument(fmt::format("unknown image command '{}' (build or list)", command_line.words[0]));
+        if (command_line.words[0] == "dockerfile") {
+            if (command_line.words.size() != 2) throw std::invalid_argument("usage: cubicle image dockerfile PROFILE");
+            std::fputs(image::dockerfile(selected({command_line.words[1]}).front()).c_str(), stdout);
+            return 0;
+        }
+        throw std::invalid_argument(fmt::format("unknown image command '{}' (build, list or dockerfile)", command_line.words[0]));
     } catch (const std::invalid_argument& e) {
         std::fprintf(stderr, "cubicle: %s\n", e.what());
         return 2;

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "common/cancellation.hpp"
+#include "image/recipe.hpp"
 #include "mcp/session.hpp"
 #include "sandbox/languages.hpp"
 
@@ -35,15 +36,7 @@ namespace bp = boost::process::v2;
 using asio::use_awaitable;
 constexpr auto use_tuple = asio::as_tuple(use_awaitable);
 
-constexpr std::string_view image_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr std::string_view merged_usr_hooks = "/usr/share/mmdebstrap/hooks/maybe-merged-usr";
-
-// No documentation, manuals or translations in an image (copyright files stay).
-constexpr std::string_view dpkg_excludes[] = {
-    "path-exclude=/usr/share/doc/*",     "path-include=/usr/share/doc/*/copyright", "path-exclude=/usr/share/man/*",
-    "path-exclude=/usr/share/info/*",    "path-exclude=/usr/share/groff/*",          "path-exclude=/usr/share/lintian/*",
-    "path-exclude=/usr/share/locale/*",  "path-include=/usr/share/locale/locale.alias",
-};
 
 std::string shell_quote(std::string_view text) {
     std::string out = "'";
@@ -89,24 +82,16 @@ std::vector<std::string> mmdebstrap_arguments(const Profile& profile, const std:
     std::vector<std::string> args{"--variant=minbase", "--format=tar", "--include=" + join(profile.packages, ",")};
     // Merged /usr the debootstrap way, instead of the usrmerge package (and the perl it needs).
     if (std::filesystem::is_directory(merged_usr_hooks)) args.push_back(fmt::format("--hook-dir={}", merged_usr_hooks));
-    for (auto option : dpkg_excludes) args.push_back(fmt::format("--dpkgopt={}", option));
+    for (auto option : dpkg_excludes()) args.push_back(fmt::format("--dpkgopt={}", option));
     // With manuals excluded, postinst scripts that register man pages (OpenJDK's update-alternatives) fail.
     args.push_back("--essential-hook=mkdir -p \"$1/usr/share/man/man1\"");
     // Hooks run on this machine with "$1" the new root.
-    auto hook = [&args](std::string command) { args.push_back("--customize-hook=" + command); };
-    if (!profile.remove.empty()) hook("chroot \"$1\" dpkg --purge --force-depends " + join(profile.remove, " ") + " >/dev/null");
-    hook("chroot \"$1\" groupadd --gid 1000 sandbox");
-    hook("chroot \"$1\" useradd --uid 1000 --gid 1000 --home-dir /workspace --no-create-home --shell /bin/bash sandbox");
-    hook("mkdir -p \"$1/workspace\" && chown 1000:1000 \"$1/workspace\" && chmod 0755 \"$1/workspace\"");
     if (!profile.binary.empty()) {
         // Exactly the running binary (the one the recipe digest was taken of), even if the
         // file it was started from has been replaced since.
-        hook(fmt::format("install -D -m 0755 /proc/{}/exe \"$1\"{}", ::getpid(), shell_quote(profile.binary)));
+        args.push_back(fmt::format("--customize-hook=install -D -m 0755 /proc/{}/exe \"$1\"{}", ::getpid(), shell_quote(profile.binary)));
     }
-    // Nothing setuid or setgid: the sandbox user gains nothing by running a program.
-    hook("find \"$1\" -xdev -type f -perm /6000 -exec chmod ug-s {} +");
-    hook("rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/* \"$1\"/var/cache/debconf/*-old \"$1\"/var/lib/dpkg/*-old "
-         "\"$1\"/var/log/apt/* \"$1\"/var/log/*.log \"$1\"/root/.cache \"$1\"/tmp/*");
+    for (const auto& command : finishing_commands(profile, "\"$1\"", "chroot \"$1\" ")) args.push_back("--customize-hook=" + command);
     args.push_back(suite);
     args.push_back("-");  // the tarball on stdout
     for (auto& source : apt_sources()) args.push_back(std::move(source));
@@ -313,12 +298,8 @@ asio::awaitable<BuildResult> build(docker::Client& docker, sandbox::Manager& man
     auto tarball = std::make_shared<Mmdebstrap>(executor, profile.image, build_log);
     tarball->start(mmdebstrap_arguments(profile, suite));
 
-    std::vector<std::string> changes{fmt::format("ENV PATH={}", image_path), "ENV LANG=C.UTF-8"};
-    for (const auto& variable : profile.env) changes.push_back("ENV " + variable);
-    changes.push_back("WORKDIR /workspace");
-    changes.push_back("USER " + profile.user);
+    auto changes = image_config(profile);
     changes.push_back(fmt::format("LABEL {}={} {}={}", recipe_label, digest, profile_label, profile.name));
-    changes.push_back(profile.entrypoint.empty() ? R"(CMD ["/bin/bash"])" : fmt::format(R"(ENTRYPOINT ["{}"])", profile.entrypoint));
     result.id = co_await docker.import_image(tarball, std::move(changes), fmt::format("cubicle image build {} ({})", profile.name, suite));
     output->line(fmt::format("  imported {} MB as {}; checking it", tarball->bytes() / 1000000, result.id.substr(7, 12)));
 

@@ -1,4 +1,4 @@
-// Resources as the protocol sees them: a provider (the sandboxes' files) lists
+// Resources as the protocol sees them: a provider (the sandboxes' files, the languages) lists
 // and reads them; the session only speaks resources/list, /templates/list, /read.
 #pragma once
 
@@ -16,7 +16,9 @@ struct Resource {
     std::string uri;
     std::string name;
     std::string mime_type;
-    std::uint64_t size = 0;
+    std::uint64_t size = 0;   // 0: not known
+    std::string title;        // optional
+    std::string description;  // optional
 };
 
 struct ResourceTemplate {

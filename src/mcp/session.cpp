@@ -705,7 +705,12 @@ asio::awaitable<void> Session::serve_resources(std::shared_ptr<Request> request)
             auto page = co_await resources_->list(request->peer.principal, std::string(cursor));
             w.key("resources").begin_array();
             for (const auto& r : page.resources) {
-                w.begin_object().field("uri", r.uri).field("name", r.name).field("mimeType", r.mime_type).field("size", r.size).end_object();
+                w.begin_object().field("uri", r.uri).field("name", r.name);
+                if (!r.title.empty()) w.field("title", r.title);
+                if (!r.description.empty()) w.field("description", r.description);
+                w.field("mimeType", r.mime_type);
+                if (r.size) w.field("size", r.size);  // 0: not known
+                w.end_object();
             }
             w.end_array();
             if (!page.next_cursor.empty()) w.field("nextCursor", page.next_cursor);

@@ -29,29 +29,29 @@ constexpr std::array<std::string_view, 1> rust_aliases{"rs"};
 // under source_file; the run command gets the finished directory as {dir}.
 // Optimisation levels favour a short compile: these are snippets, not releases.
 constexpr std::array language_table{
-    Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true,
+    Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true, ".py",
              "numpy pandas matplotlib matplotlib.pyplot"},
-    Language{"javascript", javascript_aliases, "", "", "", "node", "node --version", "nodejs", true},
-    Language{"bash", bash_aliases, "", "", "", "bash", "bash --version", "bash", false},
+    Language{"javascript", javascript_aliases, "", "", "", "node", "node --version", "nodejs", true, ".js"},
+    Language{"bash", bash_aliases, "", "", "", "bash", "bash --version", "bash", false, ".sh"},
     // Debian has no @types/node: require, process and any imported module are typed `any`.
     Language{"typescript", typescript_aliases, "main.ts",
              "printf 'declare var require: any, process: any, module: any, exports: any, Buffer: any, __dirname: string, "
              "__filename: string;\\ndeclare module \"*\";\\n' > node.d.ts && "
              "tsc --pretty false --target es2020 --module commonjs --lib es2020,dom --outDir . main.ts node.d.ts",
-             "node \"{dir}/main.js\"", "tsc", "tsc --version", "node-typescript nodejs", false},
-    Language{"r", r_aliases, "main.R", "", "Rscript \"{dir}/main.R\"", "Rscript", "R --version", "r-base-core", true},
-    Language{"ruby", ruby_aliases, "main.rb", "", "ruby \"{dir}/main.rb\"", "ruby", "ruby --version", "ruby", true},
-    Language{"go", go_aliases, "main.go", "go build -o prog main.go", "\"{dir}/prog\"", "go", "go version", "golang-go", false},
-    Language{"c", c_aliases, "main.c", "gcc -O1 -o prog main.c -lm", "\"{dir}/prog\"", "gcc", "gcc --version", "gcc libc6-dev", false},
+             "node \"{dir}/main.js\"", "tsc", "tsc --version", "node-typescript nodejs", false, ".ts"},
+    Language{"r", r_aliases, "main.R", "", "Rscript \"{dir}/main.R\"", "Rscript", "R --version", "r-base-core", true, ".R"},
+    Language{"ruby", ruby_aliases, "main.rb", "", "ruby \"{dir}/main.rb\"", "ruby", "ruby --version", "ruby", true, ".rb"},
+    Language{"go", go_aliases, "main.go", "go build -o prog main.go", "\"{dir}/prog\"", "go", "go version", "golang-go", false, ".go"},
+    Language{"c", c_aliases, "main.c", "gcc -O1 -o prog main.c -lm", "\"{dir}/prog\"", "gcc", "gcc --version", "gcc libc6-dev", false, ".c"},
     Language{"cpp", cpp_aliases, "main.cpp", "g++ -std=c++20 -O1 -o prog main.cpp", "\"{dir}/prog\"", "g++", "g++ --version", "g++",
-             false},
+             false, ".cpp"},
     // Serial GC and the C1 compiler only: the JVM starts noticeably faster in a small container.
     Language{"java", java_aliases, "{class}.java",
              "javac -J-XX:+UseSerialGC -J-XX:TieredStopAtLevel=1 -encoding UTF-8 -d . \"{class}.java\"",
              "java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp \"{dir}\" {class}", "javac", "javac -version",
-             "default-jdk-headless", false},
+             "default-jdk-headless", false, ".java"},
     Language{"rust", rust_aliases, "main.rs", "rustc --edition 2021 -C opt-level=1 -o prog main.rs", "\"{dir}/prog\"", "rustc",
-             "rustc --version", "rustc", false},
+             "rustc --version", "rustc", false, ".rs"},
 };
 
 // Beyond this, code no longer fits one argv string (MAX_ARG_STRLEN is 128 KiB).

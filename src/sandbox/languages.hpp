@@ -23,6 +23,7 @@ struct Language {
     std::string_view version;                  // shell command whose output names the version
     std::string_view packages;                 // the Debian packages that provide it
     bool repl;                                 // a persistent interpreter keeps state between calls
+    std::string_view extension;                // its source files' usual extension (".py")
     std::string_view preload = {};             // modules a zygote imports ahead of fresh runs (space-separated;
                                                // missing ones are skipped); "" = no zygote
 };

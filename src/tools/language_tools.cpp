@@ -1,4 +1,5 @@
-// Which languages an image has, detected by running a probe in it; list_languages.
+// Which languages an image has, detected by running a probe in it: the list_languages
+// tool and the cubicle://languages resource, both written from the one language table.
 #include <map>
 
 #include <boost/asio/this_coro.hpp>
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "image/profiles.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
 #include "tools/progress.hpp"
@@ -47,38 +49,37 @@ asio::awaitable<std::vector<DetectedLanguage>> probe(std::shared_ptr<sandbox::Sa
     co_return found;
 }
 
+// What a language is in any image, from the table: the part of a list_languages entry
+// and of a cubicle://languages entry that does not depend on the image.
+void write_language(json::Writer& w, const sandbox::Language& language) {
+    w.field("name", language.name);
+    w.key("aliases").begin_array();
+    for (auto alias : language.aliases) w.value(alias);
+    w.end_array();
+    w.field("extension", language.extension).field("compiled", !language.compile.empty()).field("stateful", language.repl);
+    w.field("packages", language.packages);
+}
+
 void write_languages(json::Writer& w, const std::vector<DetectedLanguage>& found) {
     w.key("languages").begin_array();
     for (const auto& [language, version] : found) {
-        w.begin_object().field("name", language->name).field("version", version);
-        w.key("aliases").begin_array();
-        for (auto alias : language->aliases) w.value(alias);
-        w.end_array();
-        w.field("compiled", !language->compile.empty()).field("stateful", language->repl);
-        w.field("packages", language->packages);
-        w.end_object();
+        w.begin_object();
+        write_language(w, *language);
+        w.field("version", version).end_object();
     }
     w.end_array();
 }
 
-asio::awaitable<ToolResult> list_languages(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"sandbox_id", "image"});
-    auto id = args.string("sandbox_id");
-    auto image = args.string("image");
-    if (id && image) throw ToolError("give sandbox_id or image, not both");
-    std::shared_ptr<sandbox::Sandbox> box;
-    bool throwaway = false;
-    if (id) {
-        box = env.manager.get(*id, context->principal());
-    } else {
-        sandbox::SandboxSpec spec;
-        spec.image = image.value_or("");
-        auto executor = co_await asio::this_coro::executor;
-        auto notes = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
-        sandbox::StatusSink status = [notes](std::string_view m) { notes->note(m); };
-        box = co_await env.manager.create(std::move(spec), context->principal(), true, std::move(status));
-        throwaway = true;
+// The languages of `image` (present on this host): from the cache when its id was probed
+// before, else probed in a throwaway sandbox.
+asio::awaitable<std::vector<DetectedLanguage>> languages_of_image(Env env, std::string principal, std::string image,
+                                                                  sandbox::StatusSink status) {
+    if (auto info = co_await env.docker.inspect_image(image)) {
+        if (auto it = detected_by_image().find(info->id); it != detected_by_image().end()) co_return it->second;
     }
+    sandbox::SandboxSpec spec;
+    spec.image = std::move(image);
+    auto box = co_await env.manager.create(std::move(spec), principal, true, std::move(status));
     std::vector<DetectedLanguage> found;
     std::exception_ptr failure;
     try {
@@ -86,10 +87,31 @@ asio::awaitable<ToolResult> list_languages(Env env, simdjson::dom::element argum
     } catch (...) {
         failure = std::current_exception();
     }
-    if (throwaway) env.manager.release(box->id());
+    env.manager.release(box->id());
     if (failure) std::rethrow_exception(failure);
+    co_return found;
+}
+
+asio::awaitable<ToolResult> list_languages(Env env, simdjson::dom::element arguments, Context context) {
+    Args args(arguments, {"sandbox_id", "image"});
+    auto id = args.string("sandbox_id");
+    auto image = args.string("image");
+    if (id && image) throw ToolError("give sandbox_id or image, not both");
+    std::string searched;
+    std::vector<DetectedLanguage> found;
+    if (id) {
+        auto box = env.manager.get(*id, context->principal());
+        searched = box->spec().image;
+        found = co_await detect_languages(env, box);
+    } else {
+        searched = image.value_or(env.config.default_image);
+        auto executor = co_await asio::this_coro::executor;
+        auto notes = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
+        sandbox::StatusSink status = [notes](std::string_view m) { notes->note(m); };
+        found = co_await languages_of_image(env, context->principal(), searched, std::move(status));
+    }
     json::Writer w;
-    w.begin_object().field("image", box->spec().image);
+    w.begin_object().field("image", searched);
     write_languages(w, found);
     w.end_object();
     co_return structured(w.take());
@@ -117,6 +139,61 @@ std::string available_list(const std::vector<DetectedLanguage>& found) {
     return out.empty() ? "none" : out;
 }
 
+mcp::Resource languages_resource() {
+    return {.uri = std::string(languages_uri), .name = "languages", .mime_type = "application/json", .size = 0,
+            .title = "Languages",
+            .description = "Every language execute_code knows (extension, compiled, stateful, Debian packages) and the images "
+                           "on this host that have it, with the version found in each; images of profiles not built here are "
+                           "listed with the command that builds them."};
+}
+
+asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, std::string principal) {
+    // The default image and every sandbox profile's (the server's own image runs no sandboxes).
+    struct Image {
+        std::string name;
+        const image::Profile* profile;
+        bool present = false;
+        std::vector<DetectedLanguage> found;
+    };
+    std::vector<Image> images{{env.config.default_image, image::find_profile(env.config.default_image)}};
+    for (const auto& profile : image::profiles()) {
+        if (profile.binary.empty() && &profile != images.front().profile) images.push_back({profile.image, &profile});
+    }
+    for (auto& image : images) {
+        image.present = co_await env.docker.inspect_image(image.name) != std::nullopt;
+        if (image.present) image.found = co_await languages_of_image(env, principal, image.name, {});
+    }
+    json::Writer w;
+    w.begin_object().field("default_image", env.config.default_image).key("images").begin_array();
+    for (const auto& image : images) {
+        w.begin_object().field("image", image.name).field("present", image.present);
+        if (image.profile) w.field("profile", image.profile->name);
+        w.key("languages").begin_array();
+        if (image.present) {
+            for (const auto& detected : image.found) w.value(detected.language->name);
+        } else if (image.profile) {
+            for (const auto& name : image.profile->languages) w.value(name);
+        }
+        w.end_array();
+        if (!image.present && image.profile) w.field("build", fmt::format("cubicle image build {}", image.profile->name));
+        w.end_object();
+    }
+    w.end_array().key("languages").begin_array();
+    for (const auto& language : sandbox::languages()) {
+        w.begin_object();
+        write_language(w, language);
+        w.key("images").begin_array();
+        for (const auto& image : images) {
+            for (const auto& [found, version] : image.found) {
+                if (found == &language) w.begin_object().field("image", image.name).field("version", version).end_object();
+            }
+        }
+        w.end_array().end_object();
+    }
+    w.end_array().end_object();
+    co_return mcp::ResourceContent{.uri = std::string(languages_uri), .mime_type = "application/json", .text = w.take()};
+}
+
 std::vector<mcp::Tool> language_tools(Env env) {
     std::vector<mcp::Tool> tools;
     tools.push_back({
@@ -135,10 +212,11 @@ std::vector<mcp::Tool> language_tools(Env env) {
                 "name": {"type": "string", "description": "The execute_code language"},
                 "version": {"type": "string"},
                 "aliases": {"type": "array", "items": {"type": "string"}},
+                "extension": {"type": "string", "description": "The usual file extension of its source files"},
                 "compiled": {"type": "boolean", "description": "Compiled before it runs; builds are cached by content in the sandbox"},
                 "stateful": {"type": "boolean", "description": "Keeps variables between execute_code calls in a stateful sandbox"},
                 "packages": {"type": "string", "description": "The Debian packages that provide it"}},
-                "required": ["name", "version", "aliases", "compiled", "stateful", "packages"]}})",
+                "required": ["name", "version", "aliases", "extension", "compiled", "stateful", "packages"]}})",
                                        R"("image", "languages")"),
         .read_only = true, .destructive = false, .idempotent = true, .open_world = false,
         .handler = bind<list_languages>(env),

@@ -1,7 +1,7 @@
 // The sandboxes' files as MCP resources: sandbox://<sandbox_id>/<path>, read
 // with the sandbox user's rights like read_file; the list shows the saved
-// output of recent runs. A sandbox that is not the caller's looks like one
-// that does not exist.
+// output of recent runs, after cubicle://languages (language_tools.cpp). A
+// sandbox that is not the caller's looks like one that does not exist.
 #include <charconv>
 
 #include <fmt/format.h>
@@ -32,7 +32,10 @@ std::shared_ptr<sandbox::Sandbox> owned_sandbox(const Env& env, const std::strin
 }
 
 asio::awaitable<mcp::ResourceContent> read(Env env, std::string principal, std::string uri) {
-    if (!uri.starts_with(scheme)) throw mcp::ResourceNotFound(fmt::format("Resource not found: {} (sandbox:// URIs only)", uri));
+    if (uri == languages_uri) co_return co_await read_languages_resource(env, std::move(principal));
+    if (!uri.starts_with(scheme)) {
+        throw mcp::ResourceNotFound(fmt::format("Resource not found: {} (sandbox:// URIs and {} only)", uri, languages_uri));
+    }
     std::string_view rest = std::string_view(uri).substr(scheme.size());
     auto slash = rest.find('/');
     if (slash == std::string_view::npos) throw mcp::ResourceNotFound(fmt::format("Resource not found: {}", uri));
@@ -69,14 +72,14 @@ asio::awaitable<mcp::ResourceContent> read(Env env, std::string principal, std::
     co_return content;
 }
 
-// The saved output of recent runs, sandbox by sandbox; the cursor is an offset.
+// The languages, then the saved output of recent runs, sandbox by sandbox; the cursor is an offset.
 asio::awaitable<mcp::ResourcePage> list(Env env, std::string principal, std::string cursor) {
     std::size_t offset = 0;
     if (!cursor.empty()) {
         auto [end, ec] = std::from_chars(cursor.data(), cursor.data() + cursor.size(), offset);
         if (ec != std::errc() || end != cursor.data() + cursor.size()) throw std::invalid_argument("unknown cursor");
     }
-    std::vector<mcp::Resource> all;
+    std::vector<mcp::Resource> all{languages_resource()};
     for (const auto& box : env.manager.list(principal)) {
         for (const auto& run_id : env.runs->saved(box->id())) {
             for (std::string_view stream : {"stdout", "stderr"}) {

@@ -123,6 +123,12 @@ struct DetectedLanguage {
 // The languages present in a sandbox's image, probed once per image id.
 boost::asio::awaitable<std::vector<DetectedLanguage>> detect_languages(Env env, std::shared_ptr<sandbox::Sandbox> box);
 
+// cubicle://languages: every language and the images on this host that have it, with
+// their versions (the languages part written like list_languages' entries).
+inline constexpr std::string_view languages_uri = "cubicle://languages";
+mcp::Resource languages_resource();
+boost::asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, std::string principal);
+
 // "python (python3, py), go (golang)" for the detected languages; "none" if there are none.
 std::string available_list(const std::vector<DetectedLanguage>& found);
 

@@ -142,6 +142,52 @@ async def test_list_languages_of_the_test_image(srv):
     assert found["python"]["version"].startswith("3.") and found["python"]["stateful"] is True
     assert found["bash"]["stateful"] is False and found["javascript"]["compiled"] is False
     assert "js" in found["javascript"]["aliases"]
+    assert found["python"]["extension"] == ".py" and found["bash"]["extension"] == ".sh"
+
+
+async def test_languages_resource_lists_every_language_and_its_images(srv):
+    import json
+
+    listed = await srv.session.list_resources()
+    entry = next(r for r in listed.resources if str(r.uri) == "cubicle://languages")
+    assert entry.mime_type == "application/json" and entry.description
+    read = await srv.session.read_resource("cubicle://languages")
+    assert read.contents[0].mime_type == "application/json"
+    doc = json.loads(read.contents[0].text)
+    assert doc["default_image"] == IMAGE
+    images = {image["image"]: image for image in doc["images"]}
+    assert images[IMAGE]["present"] is True and images[IMAGE]["languages"] == ["python", "javascript", "bash"]
+    # Every sandbox profile's image is there; one not built says how to build it.
+    for name, profile in (("cubicle/sandbox:latest", "sandbox"), ("cubicle/sandbox-minimal:latest", "sandbox-minimal"),
+                          (POLYGLOT, "sandbox-polyglot")):
+        if name == POLYGLOT and "CUBICLE_POLYGLOT_IMAGE" in os.environ:
+            continue
+        assert images[name]["profile"] == profile
+        if not images[name]["present"]:
+            assert images[name]["build"] == f"cubicle image build {profile}"
+    assert "cubicle/server:latest" not in images
+    polyglot = images.get("cubicle/sandbox-polyglot:latest")
+    assert polyglot and set(LANGUAGES) <= set(polyglot["languages"]), polyglot
+    # Every language of the table, each with the images that have it; the language part is
+    # the very entry list_languages gives for an image, version aside.
+    languages = {language["name"]: language for language in doc["languages"]}
+    assert set(languages) == {"python", "javascript", "bash", *LANGUAGES}
+    assert [language["extension"] for language in doc["languages"]][:3] == [".py", ".js", ".sh"]
+    tool = await srv.ok("list_languages", {"image": IMAGE})
+    for entry in tool["languages"]:
+        in_resource = languages[entry["name"]]
+        assert {k: v for k, v in in_resource.items() if k != "images"} == {k: v for k, v in entry.items() if k != "version"}
+        assert {"image": IMAGE, "version": entry["version"]} in in_resource["images"]
+    if not images.get(POLYGLOT, {}).get("present"):
+        assert all(image["image"] != POLYGLOT for image in languages["go"]["images"])
+    else:
+        assert any(image["image"] == POLYGLOT for image in languages["go"]["images"])
+    # Unknown cubicle: URIs are not found, like a missing sandbox file.
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError) as e:
+        await srv.session.read_resource("cubicle://nothing")
+    assert e.value.error.code == -32002
 
 
 # ---------------------------------------------------------------- every language (polyglot image)
