@@ -316,6 +316,7 @@ asio::awaitable<BuildResult> build(docker::Client& docker, sandbox::Manager& man
     changes.push_back("WORKDIR /workspace");
     changes.push_back("USER " + profile.user);
     changes.push_back(fmt::format("LABEL {}={} {}={}", recipe_label, digest, profile_label, profile.name));
+    for (const auto& label : profile.labels) changes.push_back("LABEL " + label);
     changes.push_back(profile.entrypoint.empty() ? R"(CMD ["/bin/bash"])" : fmt::format(R"(ENTRYPOINT ["{}"])", profile.entrypoint));
     result.id = co_await docker.import_image(tarball, std::move(changes), fmt::format("cubicle image build {} ({})", profile.name, suite));
     output->line(fmt::format("  imported {} MB as {}; checking it", tarball->bytes() / 1000000, result.id.substr(7, 12)));

@@ -1,7 +1,6 @@
 #include "sandbox/pool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -28,7 +27,11 @@ bool Pool::matches(const SandboxSpec& spec) const {
 }
 
 std::shared_ptr<Sandbox> Pool::take(const SandboxSpec& spec) {
-    if (settings_.size == 0 || stopped_ || !matches(spec)) return nullptr;
+    if (settings_.size == 0 || stopped_) return nullptr;
+    if (!matches(spec)) {
+        ++counts_.bypassed;
+        return nullptr;
+    }
     last_take_ = std::chrono::steady_clock::now();
     idle_ = false;
     std::shared_ptr<Sandbox> box;
@@ -40,8 +43,17 @@ std::shared_ptr<Sandbox> Pool::take(const SandboxSpec& spec) {
             box.reset();
         }
     }
+    ++(box ? counts_.hits : counts_.misses);
     refill();
     return box;
+}
+
+PoolStats Pool::stats() const {
+    PoolStats stats = counts_;
+    stats.target = settings_.size;
+    stats.ready = ready_.size();
+    stats.starting = launching_;
+    return stats;
 }
 
 void Pool::refill() {
@@ -57,6 +69,7 @@ asio::awaitable<void> Pool::launch_one() {
         box = co_await launch_(profile_);
     } catch (const std::exception& e) {
         log::warning("warm pool: could not start a sandbox: {}", e.what());
+        ++counts_.start_failures;
     }
     --launching_;
     if (!box) co_return;  // retried on the next take rather than in a tight loop

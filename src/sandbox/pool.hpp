@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -16,6 +17,17 @@
 #include "sandbox/sandbox.hpp"
 
 namespace cubicle::sandbox {
+
+// What /metrics reports about the pool.
+struct PoolStats {
+    std::size_t target = 0;     // sandboxes it keeps ready (--pool-size)
+    std::size_t ready = 0;      // waiting to be taken now
+    std::size_t starting = 0;   // being started now
+    std::uint64_t hits = 0;     // takes of the pooled profile served from the pool
+    std::uint64_t misses = 0;   // takes of the pooled profile that found none ready
+    std::uint64_t bypassed = 0; // takes of another profile (network, other image or limits)
+    std::uint64_t start_failures = 0;
+};
 
 struct PoolSettings {
     std::size_t size = 2;            // sandboxes kept ready
@@ -35,6 +47,7 @@ public:
     // A ready sandbox if `spec` is the pooled profile and one is waiting;
     // nullptr otherwise. Either way the pool refills in the background.
     std::shared_ptr<Sandbox> take(const SandboxSpec& spec);
+    PoolStats stats() const;
     // Stops refilling and removes every pooled sandbox.
     asio::awaitable<void> drain();
 
@@ -54,6 +67,7 @@ private:
     bool stopped_ = false;
     bool idle_ = false;  // emptied for idleness; refills on the next take
     std::chrono::steady_clock::time_point last_take_;
+    PoolStats counts_;  // the counters; the gauges are read when asked
     asio::steady_timer idle_timer_;
 };
 
