@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +30,7 @@
 
 #include "auth/authenticator.hpp"
 #include "auth/quotas.hpp"
+#include "common/errors.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "mcp/http.hpp"
