@@ -28,10 +28,10 @@ import httpx2
 import pytest
 from conftest import CUBICLE_BIN, _new_log, _tail, server_env
 
-UNITS = CUBICLE_BIN.parent / "systemd"
-SERVICE = UNITS / "cubicle.service"
-SOCKET = UNITS / "cubicle.socket"
-ENV_FILE = Path(__file__).resolve().parents[2] / "systemd" / "cubicle.env"
+SOURCES = Path(__file__).resolve().parents[2] / "systemd"
+SERVICE = CUBICLE_BIN.parent / "systemd" / "cubicle.service"  # configured by the build (paths filled in)
+SOCKET = SOURCES / "cubicle.socket"
+ENV_FILE = SOURCES / "cubicle.env"
 
 pytestmark = pytest.mark.skipif(not SERVICE.is_file(), reason=f"no {SERVICE} (the build installs no units)")
 
@@ -89,7 +89,7 @@ def test_units_verify(tmp_path):
     # A broken unit is caught: the check can fail.
     service.write_text(service.read_text().replace("ProtectSystem=strict", "ProtectSystem=sometimes"))
     broken = subprocess.run([analyze, "verify", "--man=no", str(service)], capture_output=True, text=True, timeout=60)
-    assert "ProtectSystem" in broken.stderr
+    assert "Failed to parse protect system" in broken.stderr, broken.stderr
     # The hardening the service promises.
     text = SERVICE.read_text()
     for line in ["DynamicUser=yes", "SupplementaryGroups=docker", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
