@@ -67,12 +67,12 @@ std::vector<Tool> tools() {
     };
 }
 
-// Two principals with static tokens ("Bearer token-alice", "Bearer token-bob").
+// Two principals with static tokens ("Bearer token-alice-0123456789", "Bearer token-bob-0123456789ab").
 std::unique_ptr<auth::Authenticator> make_authenticator() {
     char path[] = "/tmp/cubicle-fuzz-http-tokens.XXXXXX";
     int fd = ::mkstemp(path);
     if (fd < 0) std::abort();
-    std::string_view tokens = "alice token-alice\nbob token-bob\n";
+    std::string_view tokens = "alice token-alice-0123456789\nbob token-bob-0123456789ab\n";
     if (::write(fd, tokens.data(), tokens.size()) != static_cast<ssize_t>(tokens.size())) std::abort();
     ::close(fd);
     auto authenticator = std::make_unique<auth::Authenticator>(auth::AuthSettings{.tokens_file = path});
