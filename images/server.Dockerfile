@@ -24,6 +24,7 @@ RUN printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*
         /var/log/apt/* /var/log/*.log /root/.cache /tmp/*
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV LANG=C.UTF-8
+LABEL io.modelcontextprotocol.server.name=io.github.cubicle-mcp/cubicle
 WORKDIR /workspace
 USER root
 ENTRYPOINT ["/usr/local/bin/cubicle"]

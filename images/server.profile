@@ -9,4 +9,7 @@ packages:
     libfmt9 libsimdjson14 libboost-filesystem1.81.0 libstdc++6 ca-certificates
 binary: /usr/local/bin/cubicle
 entrypoint: /usr/local/bin/cubicle
+# The MCP registry checks that the image it lists carries its server name
+# (doc/meson.build, server.json "name").
+labels: io.modelcontextprotocol.server.name=io.github.cubicle-mcp/cubicle
 user: root

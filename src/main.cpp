@@ -22,6 +22,7 @@
 #include "auth/authenticator.hpp"
 #include "auth/quotas.hpp"
 #include "cli/commands.hpp"
+#include "common/listen_fds.hpp"
 #include "common/log.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
@@ -30,6 +31,7 @@
 #include "mcp/tasks.hpp"
 #include "mcp/stdio.hpp"
 #include "sandbox/manager.hpp"
+#include "sandbox/metrics.hpp"
 #include "tools/tools.hpp"
 
 namespace asio = boost::asio;
@@ -102,8 +104,11 @@ asio::awaitable<void> shut_down_http(mcp::HttpServer& server, sandbox::Manager& 
 // Serves streamable HTTP until SIGINT or SIGTERM; SIGHUP re-reads the token file.
 // Returns the exit status.
 int serve_http(asio::io_context& io, const Config& config, docker::Client& docker, sandbox::Manager& manager) {
+    // Socket activation (cubicle.socket): the listening socket and its address come from systemd.
+    std::optional<systemd::ListenSocket> activated;
     std::unique_ptr<auth::Authenticator> authenticator;
     try {
+        activated = systemd::take_listen_socket();
         authenticator = std::make_unique<auth::Authenticator>(auth::AuthSettings{
             .tokens_file = config.auth_tokens,
             .jwt = {.jwks_file = config.jwks_file, .issuer = config.jwt_issuer, .audience = config.jwt_audience}});
@@ -111,15 +116,16 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
         std::fprintf(stderr, "cubicle: %s\n", e.what());
         return 2;
     }
-    if (!authenticator->enabled() && !mcp::is_loopback_host(config.host)) {
+    const std::string& host = activated ? activated->address : config.host;
+    if (!authenticator->enabled() && !mcp::is_loopback_host(host)) {
         if (!config.insecure_no_auth) {
             std::fprintf(stderr,
                          "cubicle: refusing to serve %s without authentication: give --auth-tokens or --jwks-file, or --insecure-no-auth "
                          "when an authenticating proxy stands in front\n",
-                         config.host.c_str());
+                         host.c_str());
             return 2;
         }
-        log::warning("serving {} WITHOUT authentication (--insecure-no-auth): anyone who reaches it can run code", config.host);
+        log::warning("serving {} WITHOUT authentication (--insecure-no-auth): anyone who reaches it can run code", host);
     }
     manager.set_sandboxes_per_owner(static_cast<std::size_t>(config.client_max_sandboxes));
     auto metrics = std::make_shared<mcp::Metrics>();
@@ -140,8 +146,9 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
         http_auth.authenticate = [&authenticator](std::string_view header) { return authenticator->authenticate(header); };
         http_auth.challenge = authenticator->challenge();
     }
-    mcp::HttpSettings settings{.host = config.host,
-                               .port = static_cast<unsigned short>(config.port),
+    mcp::HttpSettings settings{.host = host,
+                               .port = activated ? activated->port : static_cast<unsigned short>(config.port),
+                               .listen_fd = activated ? activated->fd : -1,
                                .path = config.http_path,
                                .allow_origins = config.allow_origins,
                                .allow_hosts = config.allow_hosts,
@@ -153,9 +160,7 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
                                .tls_cert = config.tls_cert,
                                .tls_key = config.tls_key,
                                .resource_metadata = authenticator->resource_metadata()};
-    auto sandbox_metrics = [&manager] {
-        return fmt::format("# HELP cubicle_sandboxes Live sandboxes\n# TYPE cubicle_sandboxes gauge\ncubicle_sandboxes {}\n", manager.live());
-    };
+    auto sandbox_metrics = [&manager] { return sandbox::prometheus_text(manager.live(), manager.pool_stats()); };
     mcp::HttpServer server(io.get_executor(), settings, make_session, http_auth, metrics, sandbox_metrics);
     try {
         server.start();

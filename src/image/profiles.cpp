@@ -93,6 +93,7 @@ Profile parse_profile(std::string name, std::string_view text) {
         else if (k == "packages") profile.packages = words(v);
         else if (k == "remove") profile.remove = words(v);
         else if (k == "env") profile.env = words(v);
+        else if (k == "labels") profile.labels = words(v);
         else if (k == "binary") profile.binary = v;
         else if (k == "entrypoint") profile.entrypoint = v;
         else if (k == "user") profile.user = v;
@@ -102,6 +103,9 @@ Profile parse_profile(std::string name, std::string_view text) {
     if (profile.packages.empty()) throw std::invalid_argument(fmt::format("profile {}: no packages", profile.name));
     for (const auto& variable : profile.env) {
         if (variable.find('=') == std::string::npos) throw std::invalid_argument(fmt::format("profile {}: env '{}' is not NAME=value", profile.name, variable));
+    }
+    for (const auto& label : profile.labels) {
+        if (label.find('=') == std::string::npos) throw std::invalid_argument(fmt::format("profile {}: label '{}' is not NAME=value", profile.name, label));
     }
     return profile;
 }

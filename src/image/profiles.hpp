@@ -29,6 +29,7 @@ struct Profile {
     std::vector<std::string> packages;   // Debian packages on top of minbase
     std::vector<std::string> remove;     // packages removed again (their dependants stay)
     std::vector<std::string> env;        // NAME=value baked into the image
+    std::vector<std::string> labels;     // NAME=value image labels (the MCP registry's server name)
     std::string binary;       // where this cubicle binary is copied into the image
     std::string entrypoint;
     std::string user = "1000:1000";

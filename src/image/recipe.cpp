@@ -70,6 +70,7 @@ std::vector<std::string> finishing_commands(const Profile& profile, std::string_
 std::vector<std::string> image_config(const Profile& profile) {
     std::vector<std::string> config{fmt::format("ENV PATH={}", image_path), "ENV LANG=C.UTF-8"};
     for (const auto& variable : profile.env) config.push_back("ENV " + variable);
+    for (const auto& label : profile.labels) config.push_back("LABEL " + label);
     auto start = profile.entrypoint.empty() ? std::string(R"(CMD ["/bin/bash"])") : fmt::format(R"(ENTRYPOINT ["{}"])", profile.entrypoint);
     config.insert(config.end(), {"WORKDIR /workspace", "USER " + profile.user, std::move(start)});
     return config;

@@ -1,6 +1,7 @@
 #include "mcp/http.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -217,6 +218,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     asio::awaitable<void> accept_loop();
     asio::awaitable<void> sweep_sessions();
     asio::awaitable<void> refuse(tcp::socket socket);
+    void serve_plain(tcp::socket socket);
     asio::awaitable<void> serve_tls(tcp::socket socket);
     template <class Stream>
     asio::awaitable<void> serve(Stream& stream);
@@ -250,11 +252,17 @@ void HttpServer::Impl::start() {
         if (ec) throw std::runtime_error(fmt::format("--tls-key {}: {}", settings.tls_key, ec.message()));
     }
     tcp::endpoint endpoint(address, settings.port);
-    acceptor.open(endpoint.protocol(), ec);
-    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor.bind(endpoint, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", settings.host, settings.port, ec.message()));
+    if (settings.listen_fd >= 0) {
+        // Already bound and listening (systemd socket activation).
+        acceptor.assign(endpoint.protocol(), settings.listen_fd, ec);
+        if (ec) throw std::runtime_error(fmt::format("cannot adopt the listening socket (fd {}): {}", settings.listen_fd, ec.message()));
+    } else {
+        acceptor.open(endpoint.protocol(), ec);
+        if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+        if (!ec) acceptor.bind(endpoint, ec);
+        if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+        if (ec) throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", settings.host, settings.port, ec.message()));
+    }
 
     // DNS rebinding: a browser page may resolve its own name to 127.0.0.1,
     // but it cannot make its requests carry one of our names in Host.
@@ -299,13 +307,18 @@ asio::awaitable<void> HttpServer::Impl::accept_loop() {
         if (tls) {
             asio::co_spawn(executor, serve_tls(std::move(socket)), [self](std::exception_ptr e) { log_failure("HTTPS connection", e); });
         } else {
-            auto plain = [](std::shared_ptr<Impl> impl, tcp::socket socket) -> asio::awaitable<void> {
-                beast::tcp_stream stream(std::move(socket));
-                co_await impl->serve(stream);
-            };
-            asio::co_spawn(executor, plain(self, std::move(socket)), [self](std::exception_ptr e) { log_failure("HTTP connection", e); });
+            serve_plain(std::move(socket));
         }
     }
+}
+
+void HttpServer::Impl::serve_plain(tcp::socket socket) {
+    auto plain = [](std::shared_ptr<Impl> impl, tcp::socket socket) -> asio::awaitable<void> {
+        beast::tcp_stream stream(std::move(socket));
+        co_await impl->serve(stream);
+    };
+    auto self = shared_from_this();
+    asio::co_spawn(executor, plain(self, std::move(socket)), [self](std::exception_ptr e) { log_failure("HTTP connection", e); });
 }
 
 asio::awaitable<void> HttpServer::Impl::refuse(tcp::socket socket) {
@@ -754,6 +767,17 @@ HttpServer::~HttpServer() = default;
 void HttpServer::start() { impl_->start(); }
 
 unsigned short HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::serve_connected(int fd) {
+    tcp::socket socket(impl_->executor);
+    boost::system::error_code ec;
+    socket.assign(tcp::v4(), fd, ec);  // the protocol object is not checked against the descriptor
+    if (ec) {
+        ::close(fd);
+        throw std::runtime_error(fmt::format("cannot serve fd {}: {}", fd, ec.message()));
+    }
+    impl_->serve_plain(std::move(socket));
+}
 
 asio::awaitable<void> HttpServer::shutdown() {
     auto impl = impl_;

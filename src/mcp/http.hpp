@@ -30,6 +30,7 @@ namespace cubicle::mcp {
 struct HttpSettings {
     std::string host = "127.0.0.1";
     unsigned short port = 8080;
+    int listen_fd = -1;  // a listening socket to adopt (systemd socket activation) instead of binding host:port
     std::string path = "/mcp";
     std::vector<std::string> allow_origins;  // beyond the server's own
     std::vector<std::string> allow_hosts;    // Host names beyond the bound one
@@ -78,6 +79,9 @@ public:
     // Binds and starts accepting. Throws std::runtime_error when it cannot.
     void start();
     unsigned short port() const;
+    // Serves one already-connected stream socket as if it had been accepted
+    // (takes ownership of `fd`). The HTTP fuzz target feeds one end of a socketpair.
+    void serve_connected(int fd);
     // Stops accepting, lets running calls finish for `drain`, cancels the
     // rest, closes every connection and stream.
     boost::asio::awaitable<void> shutdown();

@@ -72,6 +72,7 @@ public:
     }
     const std::string& default_image() const { return config_.default_image; }
     int pool_size() const { return config_.pool_size; }
+    PoolStats pool_stats() const { return pool_.stats(); }
     // Whether the default image is on the host; when not, warns the operator with the
     // command that builds it (or that it must be pulled on first use).
     asio::awaitable<bool> check_default_image();

@@ -123,7 +123,11 @@ std::shared_ptr<Sandbox> Pool::take(const std::string& owner) {
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::string owner) {
-    if (settings_.max == 0 || stopped_ || !matches(spec)) co_return nullptr;
+    if (settings_.max == 0 || stopped_) co_return nullptr;
+    if (!matches(spec)) {
+        ++counts_.bypassed;
+        co_return nullptr;
+    }
     auto now = Clock::now();
     last_take_ = now;
     idle_ = false;
@@ -131,7 +135,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
     forget_old(now);
     auto box = take(owner);
     refill();
-    if (box || launching_ + recycling_ <= waiters_.size()) co_return box;
+    if (box || launching_ + recycling_ <= waiters_.size()) {
+        ++(box ? counts_.hits : counts_.misses);
+        co_return box;
+    }
     // Something is on its way and unclaimed: it is ready sooner than a new start.
     auto waiter = std::make_shared<Waiter>(executor_);
     waiter->owner = std::move(owner);
@@ -139,6 +146,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
     waiters_.push_back(waiter);
     co_await waiter->timer.async_wait(use_tuple);
     std::erase(waiters_, waiter);
+    ++(waiter->box ? counts_.hits : counts_.misses);
     co_return std::move(waiter->box);
 }
 
@@ -152,6 +160,14 @@ void Pool::offer(Entry entry) {
         return;
     }
     ready_.push_back(std::move(entry));
+}
+
+PoolStats Pool::stats() const {
+    PoolStats stats = counts_;
+    stats.target = target();
+    stats.ready = ready_.size();
+    stats.starting = launching_;
+    return stats;
 }
 
 void Pool::refill() {
@@ -179,6 +195,7 @@ asio::awaitable<void> Pool::launch_one() {
         box = co_await launch_(profile_);
     } catch (const std::exception& e) {
         log::warning("warm pool: could not start a sandbox: {}", e.what());
+        ++counts_.start_failures;
     }
     --launching_;
     if (!box) co_return;  // retried on the next take rather than in a tight loop

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -22,6 +23,17 @@
 #include "sandbox/sandbox.hpp"
 
 namespace cubicle::sandbox {
+
+// What /metrics reports about the pool.
+struct PoolStats {
+    std::size_t target = 0;     // sandboxes it wants ready now (--pool-size up to --pool-max)
+    std::size_t ready = 0;      // waiting to be taken now
+    std::size_t starting = 0;   // being started now
+    std::uint64_t hits = 0;     // takes of the pooled profile served from the pool
+    std::uint64_t misses = 0;   // takes of the pooled profile that found none ready
+    std::uint64_t bypassed = 0; // takes of another profile (network, other image or limits)
+    std::uint64_t start_failures = 0;
+};
 
 struct PoolSettings {
     std::size_t size = 2;            // the floor: kept ready, and what the pool starts with
@@ -47,6 +59,7 @@ public:
     // Takes back a throwaway sandbox after its run: reset, verified and pooled
     // for its owner again, or removed.
     asio::awaitable<void> recycle(std::shared_ptr<Sandbox> box);
+    PoolStats stats() const;
     // Stops refilling and removes every pooled sandbox.
     asio::awaitable<void> drain();
 
@@ -90,6 +103,7 @@ private:
     std::deque<std::chrono::steady_clock::time_point> recent_returns_;  // recycled, within the window
     std::chrono::duration<double> start_latency_{0.5};   // moving averages, measured
     std::chrono::duration<double> recycle_latency_{0.02};
+    PoolStats counts_;  // the counters; the gauges are read when asked
     asio::steady_timer idle_timer_;
 };
 

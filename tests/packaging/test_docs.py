@@ -160,6 +160,33 @@ class ServerJson(unittest.TestCase):
             self.assertIn(variable["format"], {"string", "number", "boolean", "filepath"})
             self.assertFalse(variable["isSecret"])
 
+    def test_valid_against_the_registry_schema(self):
+        try:
+            import jsonschema
+        except ImportError:
+            self.skipTest("no python3-jsonschema")
+        schema = json.loads((REPO / "tests" / "packaging" / "server.schema.json").read_text())
+        server = json.loads((REPO / "server.json").read_text())
+        self.assertEqual(server["$schema"], schema["$id"])
+        validator = jsonschema.Draft7Validator(schema)
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(server)]
+        self.assertEqual(errors, [])
+        # The validator really checks: a description over the registry's limit fails.
+        self.assertFalse(validator.is_valid({**server, "description": "x" * 101}))
+
+    def test_names_agree(self):
+        """The registry name, the published image and the label the registry checks on it are one name."""
+        server = json.loads((REPO / "server.json").read_text())
+        namespace, _, short = server["name"].partition("/")
+        self.assertTrue(namespace.startswith("io.github."), "an io.github.* name is verified through GitHub")
+        owner = namespace.removeprefix("io.github.")
+        (package,) = server["packages"]
+        self.assertEqual(package["registryType"], "oci")
+        self.assertTrue(package["identifier"].startswith(f"ghcr.io/{owner}/"), package["identifier"])
+        profile = (REPO / "images" / "server.profile").read_text()
+        self.assertIn(f"io.modelcontextprotocol.server.name={server['name']}", profile)
+        self.assertEqual(short, "cubicle")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

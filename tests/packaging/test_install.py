@@ -135,7 +135,8 @@ def test_install_use_and_purge(container):
     files = {os.path.normpath(f) for f in run_in(container, "dpkg -L cubicle").stdout.splitlines()}
     for expected in ["/usr/bin/cubicle", "/usr/share/man/man1/cubicle.1.gz", "/usr/share/cubicle",
                      "/usr/share/bash-completion/completions/cubicle", "/usr/share/zsh/vendor-completions/_cubicle",
-                     "/usr/share/doc/cubicle/copyright", "/usr/share/doc/cubicle/README.md.gz"]:
+                     "/usr/share/doc/cubicle/copyright", "/usr/share/doc/cubicle/README.md.gz",
+                     "/lib/systemd/system/cubicle.service", "/lib/systemd/system/cubicle.socket", "/etc/cubicle/cubicle.env"]:
         assert expected in files, f"{expected} not in the package: {sorted(files)}"
     help_text = run_in(container, "cubicle --help").stdout
     if "doctor" in help_text:

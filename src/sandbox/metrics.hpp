@@ -1,0 +1,14 @@
+// The sandbox side of /metrics (Prometheus text format): live sandboxes and
+// the warm pool's gauges and counters.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "sandbox/pool.hpp"
+
+namespace cubicle::sandbox {
+
+std::string prometheus_text(std::size_t live_sandboxes, const PoolStats& pool);
+
+} // namespace cubicle::sandbox
