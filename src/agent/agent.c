@@ -773,6 +773,7 @@ static void handle_stdin(uint32_t id, const char *data, size_t len)
  * runs a program's code, and which runs cannot trace) dies by the sweep, then
  * the wipe and the verification, whose verdict is the CLEAN frame. */
 static void finish(struct exec *e);
+static void reap(void);
 
 static void handle_reset(uint32_t id)
 {
@@ -802,7 +803,7 @@ static void handle_reset(uint32_t id)
     }
     sweep(0);   /* what forked while the executions were reaped */
     reset_wipe();
-    reset_verify(report, sizeof report, zygote_pid());
+    reset_verify(report, sizeof report, zygote_pid(), reap);
     send_frame(CUBICLE_FRAME_CLEAN, id, report, strlen(report));
 }
 

@@ -469,16 +469,20 @@ static uint64_t process_memory(pid_t pid)
     return total;
 }
 
-void reset_verify(char *buf, size_t size, pid_t keep)
+void reset_verify(char *buf, size_t size, pid_t keep, void (*reap)(void))
 {
     static const struct timespec pause = { 0, 1000000 };
     struct report r = { buf, size, 0, 0 };
     struct walk w = { W_VERIFY, &r, 0 };
 
     buf[0] = 0;
-    /* Orphans killed by the sweep are reaped by init, a moment later. */
-    for (int i = 0; i < 200 && other_processes(NULL, keep) > 0; i++)
+    /* Orphans killed by the sweep are reaped by init or by us, a moment later. */
+    for (int i = 0; i < 200; i++) {
+        reap();
+        if (other_processes(NULL, keep) <= 0)
+            break;
         nanosleep(&pause, NULL);
+    }
     other_processes(&r, keep);
     each_ipc("shm", report_ipc, &r);
     each_ipc("msg", report_ipc, &r);

@@ -25,7 +25,9 @@ void reset_wipe(void);
 
 /* Writes what differs from the snapshot into report (NUL-terminated): an
  * empty string when the container is pristine.  keep (> 0: the zygote,
- * started after the snapshot) may remain, and so may the memory it maps. */
-void reset_verify(char *report, size_t size, pid_t keep);
+ * started after the snapshot) may remain, and so may the memory it maps.
+ * reap collects dead children of ours: as a subreaper (zygote.h) the agent,
+ * not init, inherits the orphans the sweep killed. */
+void reset_verify(char *report, size_t size, pid_t keep, void (*reap)(void));
 
 #endif
