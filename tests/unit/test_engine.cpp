@@ -10,17 +10,11 @@
 #include "docker/engine.hpp"
 #include "sandbox/policy.hpp"
 
+#include "recorded.hpp"
+
 using namespace cubicle;
 
 namespace {
-
-std::string recorded(const std::string& name) {
-    std::ifstream in(std::string(CUBICLE_SOURCE_ROOT) + "/tests/golden/daemon/" + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_FALSE(text.str().empty()) << name;
-    return text.str();
-}
 
 std::string ulimit_names(simdjson::dom::element host) {
     std::string names;

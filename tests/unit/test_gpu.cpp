@@ -13,17 +13,11 @@
 #include "sandbox/manager.hpp"
 #include "sandbox/policy.hpp"
 
+#include "recorded.hpp"
+
 using namespace cubicle;
 
 namespace {
-
-std::string recorded(const std::string& name) {
-    std::ifstream in(std::string(CUBICLE_SOURCE_ROOT) + "/tests/golden/daemon/" + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_FALSE(text.str().empty()) << name;
-    return text.str();
-}
 
 } // namespace
 
