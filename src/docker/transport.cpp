@@ -32,6 +32,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "common/child_fds.hpp"
 #include "common/log.hpp"
 #include "docker/client.hpp"
 #include "docker/watchdog.hpp"
@@ -407,10 +408,7 @@ struct SshChildSetup {
     bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) {
         ::setpgid(0, 0);
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-        for (int fd = 3, end = static_cast<int>(std::min(::sysconf(_SC_OPEN_MAX), 65536L)); fd < end; ++fd) {
-            int flags = ::fcntl(fd, F_GETFD);
-            if (flags >= 0 && !(flags & FD_CLOEXEC)) ::close(fd);
-        }
+        close_inherited_descriptors();
         return {};
     }
 };

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "common/cancellation.hpp"
+#include "common/child_fds.hpp"
 #include "image/recipe.hpp"
 #include "mcp/session.hpp"
 #include "sandbox/languages.hpp"
@@ -134,18 +135,13 @@ asio::awaitable<void> read_log(std::shared_ptr<asio::readable_pipe> pipe, std::s
     build_log->done = true;
 }
 
-// Boost.Process 1.81 leaves descriptors open in the child (its close_all on Linux
-// compares each whitelisted fd with itself, so nothing below its error pipe is closed):
-// the write ends of the stdout/stderr pipes among them. mmdebstrap's own descriptors
-// then land above 9, and the shell it starts apt through fails with "Bad fd number".
-// Runs in the child before exec: closes every descriptor exec would not.
+// The write ends of the stdout/stderr pipes would stay open in mmdebstrap
+// (common/child_fds.hpp); its own descriptors then land above 9, and the shell it
+// starts apt through fails with "Bad fd number".
 struct CloseInheritedDescriptors {
     template <typename Launcher>
     bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*) {
-        for (int fd = 3, end = static_cast<int>(std::min(::sysconf(_SC_OPEN_MAX), 65536L)); fd < end; ++fd) {
-            int flags = ::fcntl(fd, F_GETFD);
-            if (flags >= 0 && !(flags & FD_CLOEXEC)) ::close(fd);
-        }
+        close_inherited_descriptors();
         return {};
     }
 };

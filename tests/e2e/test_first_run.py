@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 
 import pytest
@@ -86,7 +87,7 @@ def test_startup_line_names_version_endpoint_api_image_and_pool() -> None:
     finally:
         proc.communicate(timeout=30)
     assert "serving on stdio" in line, line
-    assert "cubicle 0." in line and "Docker at unix:///var/run/docker.sock (API 1.4" in line
+    assert "cubicle 0." in line and re.search(r"Docker [0-9.]+\S* at unix:///var/run/docker\.sock \(the default, API 1\.4", line)
     assert f"default image {MINIMAL} (present)" in line and "warm pool of 0" in line
 
 

@@ -89,7 +89,7 @@ async def test_sandbox_over_remote_engine(kind, executor, tmp_path):
         async with server(env, f"engine-{kind}-{executor}", "--executor", executor) as srv:
             await exercise(srv, stateful=executor == "agent")
         log = srv.log_path.read_text(errors="replace")
-        assert "Docker at " + env["DOCKER_HOST"] in log, log[-3000:]
+        assert f" at {env['DOCKER_HOST']} (DOCKER_HOST, API 1.4" in log, log[-3000:]
 
 
 async def test_no_ssh_left_after_the_server_exits(tmp_path):
