@@ -3,7 +3,7 @@
 conformance suite knows (tests/engines/conftest.py), in one run, with ratios against
 local Docker measured in the same run.
 
-    .venv/bin/python tests/bench/engines.py [--engines docker,podman,gvisor] [--rounds N]
+    .venv/bin/python tests/bench/engines.py [--engines docker,podman,gvisor,ssh,tls] [--rounds N]
 
 Rows per engine: a stateful execute_code (print(1) in a persistent sandbox), a throwaway
 execute_code print(1), and initialize_sandbox served from the warm pool. Engines that
@@ -96,7 +96,7 @@ async def start_with_env(server: bench.Server, env: dict[str, str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="docker,podman,gvisor")
+    parser.add_argument("--engines", default="docker,podman,gvisor,ssh,tls")
     parser.add_argument("--rounds", type=int, default=10)
     opts = parser.parse_args()
     names = [n.strip() for n in opts.engines.split(",") if n.strip()]
