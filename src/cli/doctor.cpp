@@ -158,17 +158,16 @@ asio::awaitable<int> doctor(CommandLine command_line) {
         co_return report.status();
     }
     docker::Client& docker = *client;
-    report.pass(fmt::format("Docker endpoint {} ({}), from {}{}", endpoint.describe(), endpoint.kind_name(), endpoint.source, tls_summary(endpoint)));
+    auto where = fmt::format("Docker endpoint {} ({}), from {}{}", endpoint.describe(), endpoint.kind_name(), endpoint.source, tls_summary(endpoint));
     if (endpoint.kind == docker::Endpoint::Kind::tcp && !endpoint.tls.enabled && endpoint.port == "2376") {
         report.fail("plain tcp to port 2376, Docker's TLS port", "set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (or --docker-tls-verify) if the daemon expects TLS",
                     false);
     }
     try {
         co_await docker.connect();
-        report.pass(fmt::format("Docker endpoint {} reachable: {}, Engine API {}", endpoint.describe(), docker.engine().describe(),
-                                docker.api_version()));
+        report.pass(fmt::format("{}: reachable, {}, Engine API {}", where, docker.engine().describe(), docker.api_version()));
     } catch (const std::exception& e) {
-        report.fail(fmt::format("Docker endpoint {}: {}", endpoint.describe(), e.what()), connection_fix(e.what()));
+        report.fail(fmt::format("{}: {}", where, e.what()), connection_fix(e.what()));
         co_return report.status();
     }
     docker::DaemonInfo info;

@@ -257,6 +257,13 @@ void Manager::check_engine(const SandboxSpec& spec) const {
     }
 }
 
+// runsc 2022-12 (through Podman, ptrace platform) loses the agent of a sandbox
+// whose runs the zygote forks: there, fresh runs are exec'd. Recycling is not
+// proven under runsc either, so its throwaway sandboxes are removed as before.
+bool Manager::under_gvisor(const SandboxSpec& spec) const {
+    return (spec.runtime.empty() ? docker_.engine().default_runtime : spec.runtime) == "runsc";
+}
+
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
     co_await know_engine();
     check_engine(spec);
@@ -285,6 +292,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id,
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
+    if (under_gvisor(sandbox->spec())) sandbox->disable_zygote();
     if (!agent) {
         sandbox->connect_exec(std::move(stream), docker_);
         co_return sandbox;
@@ -376,7 +384,8 @@ void Manager::release(std::string id) {
     auto sandbox = it->second;
     sandboxes_.erase(it);
     // A throwaway sandbox goes back to the pool, reset, when it can (Pool::recycle).
-    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle) {
+    // Not under gVisor (see under_gvisor): those sandboxes are removed as before.
+    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle && !under_gvisor(sandbox->spec())) {
         asio::co_spawn(executor_, pool_.recycle(std::move(sandbox)), asio::detached);
         return;
     }

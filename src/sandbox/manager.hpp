@@ -78,6 +78,7 @@ public:
     asio::awaitable<bool> check_default_image();
 
 private:
+    bool under_gvisor(const SandboxSpec& spec) const;
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);

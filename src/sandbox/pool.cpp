@@ -134,6 +134,9 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
     recent_takes_.push_back(now);
     forget_old(now);
     auto box = take(owner);
+    // A take that finds nothing ready or under way is a miss even when it then
+    // waits for the start it caused.
+    bool under_way = launching_ + recycling_ > waiters_.size();
     refill();
     if (box || launching_ + recycling_ <= waiters_.size()) {
         ++(box ? counts_.hits : counts_.misses);
@@ -146,7 +149,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
     waiters_.push_back(waiter);
     co_await waiter->timer.async_wait(use_tuple);
     std::erase(waiters_, waiter);
-    ++(waiter->box ? counts_.hits : counts_.misses);
+    ++(waiter->box && under_way ? counts_.hits : counts_.misses);
     co_return std::move(waiter->box);
 }
 

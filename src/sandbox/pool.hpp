@@ -29,8 +29,8 @@ struct PoolStats {
     std::size_t target = 0;     // sandboxes it wants ready now (--pool-size up to --pool-max)
     std::size_t ready = 0;      // waiting to be taken now
     std::size_t starting = 0;   // being started now
-    std::uint64_t hits = 0;     // takes of the pooled profile served from the pool
-    std::uint64_t misses = 0;   // takes of the pooled profile that found none ready
+    std::uint64_t hits = 0;     // takes served by a sandbox ready or already under way
+    std::uint64_t misses = 0;   // takes that found none ready nor under way
     std::uint64_t bypassed = 0; // takes of another profile (network, other image or limits)
     std::uint64_t start_failures = 0;
 };

@@ -448,7 +448,7 @@ void Sandbox::prewarm(const std::string& language) {
 // Fresh Python runs (program_for's `fork`) are forked by the agent's zygote
 // once it is ready; until then, and whenever it cannot, they are exec'd.
 void Sandbox::start_zygote() {
-    if (zygote_started_ || !alive_ || !uses_agent()) return;
+    if (zygote_started_ || zygote_disabled_ || !alive_ || !uses_agent()) return;
     auto request = zygote_for("python");
     if (!request) return;
     zygote_started_ = true;

@@ -122,6 +122,8 @@ public:
     // Starts the interpreter for `language` ahead of its first cell, and
     // the zygote for fresh runs (a pooled sandbox serves either).
     void prewarm(const std::string& language);
+    // Fresh Python runs are exec'd, never forked (gVisor: Manager::under_gvisor).
+    void disable_zygote() { zygote_disabled_ = true; }
 
     // Install requirements.txt / package.json before runs when they change.
     bool auto_install() const { return auto_install_; }
@@ -180,6 +182,7 @@ private:
     bool stateful_ = true;
     bool limit_hit_ = false;
     bool zygote_started_ = false;  // ZYGOTE sent (the agent restarts a dead one itself)
+    bool zygote_disabled_ = false;
     bool auto_install_ = true;
     std::string dependencies_fingerprint_;
     std::string agent_log_;

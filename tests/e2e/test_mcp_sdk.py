@@ -396,8 +396,9 @@ async def test_cancel_running_execute_code_kills_process(srv):
         )
 
         def python_running() -> bool:
+            # Python processes but the zygote (a pooled sandbox's, which runs no program's code).
             top = docker("top", cid, "-eo", "pid,comm,args", check=False).stdout
-            return "python" in top
+            return any("python" in line and "_zygote" not in line for line in top.splitlines())
 
         assert await async_wait_until(python_running, timeout=15), "the sleep never started in the sandbox"
         await asyncio.sleep(1.0)

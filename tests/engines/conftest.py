@@ -49,10 +49,13 @@ class Engine:
     # Cases this engine cannot pass, with the reason (reported as skips).
     cannot: dict[str, str] = field(default_factory=dict)
     runtime: str = ""                         # the OCI runtime sandboxes run under
+    # The docker CLI's own environment when it differs from the server's (the CLI
+    # cannot take cubicle's ssh config: it inspects the daemon behind the tunnel).
+    cli_env: dict[str, str] | None = None
 
     def cli(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """The docker CLI against this engine (it speaks to Podman's compatible API too)."""
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **(self.env if self.cli_env is None else self.cli_env)}
         r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, env=env)
         if check and r.returncode != 0:
             raise AssertionError(f"docker {' '.join(args)} on {self.name} failed ({r.returncode}): {r.stderr.strip()}")
@@ -258,7 +261,9 @@ def remote(factory: str) -> Callable[[Path], contextlib.AbstractContextManager[E
             raise EngineUnavailable(f"tests/engines/remote.py has no {factory}()")
         try:
             with make(tmp) as env:
-                yield Engine(factory.removesuffix("_engine"), dict(env))
+                name = factory.removesuffix("_engine")
+                behind = {"DOCKER_HOST": f"unix://{module.docker_socket()}"} if name == "ssh" else None
+                yield Engine(name, dict(env), cli_env=behind)
         except EngineUnavailable:
             raise
         except pytest.skip.Exception as e:

@@ -165,7 +165,7 @@ async def test_cancel_kills_the_program(engine: Engine, srv):
             await task
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            r = await srv.sh(sid, "ps -eo comm | grep -q python && echo running || echo gone")
+            r = await srv.sh(sid, "ps -eo comm,args | awk '$1 ~ /^python/ && !/_zygote/' | grep -q . && echo running || echo gone")
             if r["stdout"].strip() == "gone":
                 break
             await asyncio.sleep(0.3)

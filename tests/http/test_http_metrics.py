@@ -42,7 +42,8 @@ def pool_counts(m: dict[str, float]) -> tuple[float, float, float]:
 
 
 def test_pool_hits_misses_and_gauges(sandbox_image):
-    with HttpServer("--pool-size", "1", "--pool-idle-s", str(IDLE_S), tag="http-metrics") as srv:
+    # --pool-max 1: a fixed pool, so that hits and misses are deterministic.
+    with HttpServer("--pool-size", "1", "--pool-max", "1", "--pool-idle-s", str(IDLE_S), tag="http-metrics") as srv:
         session = srv.initialize()
         m = wait_for(srv, lambda m: m["cubicle_pool_ready"] == 1, "the pool to fill")
         assert m["cubicle_pool_target"] == 1

@@ -129,10 +129,10 @@ def test_doctor_passes_on_a_working_host(minimal_image: str) -> None:
     r = cubicle("doctor", "--default-image", MINIMAL, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("✓ Docker endpoint unix:///var/run/docker.sock reachable")
+    assert lines[0].startswith("✓ Docker endpoint unix:///var/run/docker.sock (unix), from the default: reachable")
     assert "Engine API 1.4" in lines[0]
     for expected in ("✓ permission to use the Docker API", f"✓ image {MINIMAL} (the default): current",
-                     "✓ container runtimes: runc", "✓ limits enforced in the sandbox's cgroup", "started with its agent in",
+                     ": container runtimes runc (default)", "✓ limits enforced in the sandbox's cgroup", "started with its agent in",
                      "✓ round trip print(1): "):
         assert any(expected in line for line in lines), (expected, r.stdout)
     # Optional parts missing here are shown with their fix but do not fail the run.
