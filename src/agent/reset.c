@@ -243,8 +243,9 @@ static void walk_dir(struct walk *w, int dfd, char *path, size_t len, dev_t dev,
         int keep = pristine && unchanged(pristine, &st);
         if (S_ISDIR(st.st_mode)) {
             /* A directory the sandbox locked itself out of is still its own. */
-            if (w->mode == W_WIPE && !keep && st.st_uid == getuid())
-                fchmodat(dfd, name, 0700, 0);
+            if (w->mode == W_WIPE && !keep && st.st_uid == getuid() && fchmodat(dfd, name, 0700, 0) < 0) {
+                /* what cannot be opened stays, and the verification reports it */
+            }
             int sub_fd = depth < MAX_DEPTH ? openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
             visit(w, path, &st);
             if (sub_fd >= 0) {
