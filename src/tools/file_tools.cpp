@@ -347,13 +347,18 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
 
 } // namespace
 
+// File times come from the kernel's coarse clock, up to a tick (4-10 ms) behind the
+// precise clock a call's start is read from: a file written right after the start
+// can look older than it. "Changed since the start" allows for that much.
+constexpr double file_clock_slack = 0.05;
+
 asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {
     constexpr int max_images = 5;
     constexpr std::uint64_t max_image_bytes = 2 << 20;
     std::string script = R"SH(
         find "$1" -path "$1/.cubicle" -prune -o -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
             -o -iname '*.webp' -o -iname '*.svg' \) -size -2049k -printf '%P\0' | head -z -n "$3")SH";
-    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_images)};
+    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since - file_clock_slack), std::to_string(max_images)};
     auto listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
     std::vector<CollectedImage> images;
     std::string_view rest = listing.stdout_text;
@@ -392,7 +397,7 @@ asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::share
     std::string script = R"SH(
         find "$1" -xdev \( -path "$1/.cubicle" -o -name node_modules -o -name .git -o -name __pycache__ -o -name .venv \) -prune \
             -o -type f -newermt "@$2" -printf '%P\0' 2>/dev/null | head -z -n "$3"; true)SH";
-    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_changed_links + 1)};
+    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since - file_clock_slack), std::to_string(max_changed_links + 1)};
     sandbox::ExecResult listing;
     try {
         listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);

@@ -246,7 +246,7 @@ def test_links_to_files_a_run_changed(raw_server):
     sb = srv.ok("initialize_sandbox", {})
     sid = sb["sandbox_id"]
     srv.ok("run_command", {"sandbox_id": sid, "command": "echo old > before.txt"})
-    time.sleep(0.05)
+    time.sleep(0.3)  # older than the server's allowance for coarse file times (50 ms)
     res = srv.call_tool("run_command", {"sandbox_id": sid, "command": "echo fresh > made.txt; echo again >> made.txt"})
     links = [c for c in res["content"] if c["type"] == "resource_link" and not c["name"].startswith(".cubicle/")]
     assert [l["name"] for l in links] == ["made.txt"], res["content"]
@@ -263,5 +263,6 @@ def test_links_to_files_a_run_changed(raw_server):
     read = srv.request("resources/read", {"uri": some["uri"]})["result"]["contents"][0]
     assert read["text"] == some["name"][len("out/f"):-len(".txt")]
     # A run that changes nothing links only its saved output.
+    time.sleep(0.3)
     res = srv.call_tool("run_command", {"sandbox_id": sid, "command": "cat before.txt"})
     assert all(c["name"].startswith(".cubicle/") for c in res["content"] if c["type"] == "resource_link"), res["content"]
