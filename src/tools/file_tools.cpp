@@ -347,18 +347,13 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
 
 } // namespace
 
-// File times come from the kernel's coarse clock, up to a tick (4-10 ms) behind the
-// precise clock a call's start is read from: a file written right after the start
-// can look older than it. "Changed since the start" allows for that much.
-constexpr double file_clock_slack = 0.05;
-
 asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {
     constexpr int max_images = 5;
     constexpr std::uint64_t max_image_bytes = 2 << 20;
     std::string script = R"SH(
         find "$1" -path "$1/.cubicle" -prune -o -type f -newermt "@$2" \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.gif' \
             -o -iname '*.webp' -o -iname '*.svg' \) -size -2049k -printf '%P\0' | head -z -n "$3")SH";
-    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since - file_clock_slack), std::to_string(max_images)};
+    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since), std::to_string(max_images)};
     auto listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
     std::vector<CollectedImage> images;
     std::string_view rest = listing.stdout_text;
@@ -389,6 +384,13 @@ asio::awaitable<FileHead> read_workspace_file(std::shared_ptr<Sandbox> box, std:
 }
 
 std::string image_mime_of(std::string_view path, std::string_view data) { return image_mime(path, data); }
+
+// File times come from the kernel's coarse clock, up to a tick (4-10 ms) behind the
+// precise clock a call's start is read from: a file written right after the start
+// can look older than it. Links to changed files allow for that much (a file written
+// just before the call may be linked too); returned images do not (an image a client
+// uploaded just before must not come back as the run's).
+constexpr double file_clock_slack = 0.05;
 
 asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::shared_ptr<Sandbox> box, double since) {
     // Bounded: stops after max_changed_links + 1 names, skips the trees that
