@@ -26,7 +26,15 @@ def _read(path=PROTOCOL_H):
     return types, define("CUBICLE_FRAME_HEADER_SIZE"), define("CUBICLE_FRAME_MAX_PAYLOAD")
 
 
+def _string_define(name, path=PROTOCOL_H):
+    match = re.search(rf'^#define {name} "(.+?)"\s*$', path.read_text(), re.M)
+    if not match:
+        raise RuntimeError(f"{path}: no #define {name}")
+    return match.group(1)
+
+
 FRAME_TYPES, HEADER_SIZE, MAX_PAYLOAD = _read()
+BUILTIN_CHANGED_FILES = _string_define("CUBICLE_BUILTIN_CHANGED_FILES")
 globals().update(FRAME_TYPES)   # RUN, KILL, ..., CONTROL
 HDR = struct.Struct(">IBI")
 assert HDR.size == HEADER_SIZE, "protocol.h changed the header layout"

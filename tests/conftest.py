@@ -371,6 +371,16 @@ class CubicleServer:
     async def new_sandbox(self, **arguments: Any) -> dict[str, Any]:
         return await self.ok("initialize_sandbox", arguments)
 
+    @contextlib.asynccontextmanager
+    async def sandbox(self, **arguments: Any) -> AsyncIterator[dict[str, Any]]:
+        """A new sandbox, stopped on the way out (a stop that fails is left to the leftover check)."""
+        sb = await self.new_sandbox(**arguments)
+        try:
+            yield sb
+        finally:
+            with contextlib.suppress(Exception):
+                await self.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
+
     async def sh(self, sandbox_id: str, command: str, timeout_s: int | None = None) -> dict[str, Any]:
         """run_command with a single command; returns the single result entry."""
         args: dict[str, Any] = {"sandbox_id": sandbox_id, "command": command}
@@ -556,12 +566,8 @@ def raw_server():
 @pytest.fixture(scope="module")
 async def sandbox(srv) -> dict[str, Any]:
     """A persistent sandbox on the module's `srv` server, stopped after the module."""
-    sb = await srv.new_sandbox()
-    yield sb
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
+    async with srv.sandbox() as sb:
+        yield sb
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "changed.h"
 #include "proxy.h"
 #include "reset.h"
 #include "wire.h"
@@ -80,6 +81,7 @@ struct exec {
     uint64_t cap;           /* per-stream output cap, 0 = none */
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
+    int builtin;            /* the agent's own code (changed.h): starts no process */
     int save_fd[2];         /* SAVE copies of stdout/stderr, -1 = none */
     uint64_t save_cap, saved[2];
     struct rusage ru;
@@ -156,8 +158,8 @@ static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
     return 0;
 }
 
-/* Session, state and real uid of a process from /proc; -1 if it is gone. */
-static int proc_info(pid_t pid, pid_t *sid, char *state, uid_t *uid)
+/* Session and state of a process from /proc; -1 if it is gone. */
+static int proc_session(pid_t pid, pid_t *sid, char *state)
 {
     char buf[1024];
 
@@ -170,6 +172,13 @@ static int proc_info(pid_t pid, pid_t *sid, char *state, uid_t *uid)
     if (!p || sscanf(p + 1, " %c %d %d %d", state, &ppid, &pgrp, &session) != 4)
         return -1;
     *sid = session;
+    return 0;
+}
+
+/* Real uid of a process from /proc; -1 if it is gone. */
+static int proc_uid(pid_t pid, uid_t *uid)
+{
+    char buf[1024];
 
     if (read_proc(pid, "status", buf, sizeof buf) < 0)
         return -1;
@@ -209,11 +218,16 @@ static int sweep_pass(pid_t only)
         pid_t sid;
         char state;
         uid_t uid;
-        if (*end || pid <= 1 || pid == self || proc_info((pid_t)pid, &sid, &state, &uid) < 0)
+        /* The session first: after a program ends, only its own processes
+         * (usually none) cost a second read.  Many sandboxes' agents share
+         * a workspace host's /proc. */
+        if (*end || pid <= 1 || pid == self || proc_session((pid_t)pid, &sid, &state) < 0)
             continue;
-        if (uid != me || state == 'Z' || state == 'X')
+        if (state == 'Z' || state == 'X')
             continue;
         if (only > 0 ? sid != only : spared(sid))
+            continue;
+        if (proc_uid((pid_t)pid, &uid) < 0 || uid != me)
             continue;
         if (kill((pid_t)pid, SIGKILL) == 0)
             hits++;
@@ -430,6 +444,13 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
     for (size_t i = 0; i < r->envc; i++)
         if (putenv(r->env[i]) != 0)
             child_fail(ep, STAGE_SETUP);
+    if (strcmp(r->argv[0], CUBICLE_BUILTIN_CHANGED_FILES) == 0) {
+        int argc = 0;
+        while (r->argv[argc])
+            argc++;
+        close(ep);   /* "it runs": the agent stops waiting for an exec */
+        _exit(changed_files_main(argc, r->argv));
+    }
     execvp(r->argv[0], r->argv);
     child_fail(ep, STAGE_EXEC);
 }
@@ -691,6 +712,7 @@ static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
 
     e->id = id;
     e->pid = pid;
+    e->builtin = strcmp(r->argv[0], CUBICLE_BUILTIN_CHANGED_FILES) == 0;
     e->out[0] = out[0];
     e->out[1] = err[0];
     e->ctl_fd = ctl[0];
@@ -1024,7 +1046,8 @@ static void reap(void)
         if (waitid(P_PID, (id_t)e->pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0 ||
             info.si_pid == 0)
             continue;
-        end_session(e->pid);   /* background processes die with it */
+        if (!e->builtin)
+            end_session(e->pid);   /* background processes die with it */
         while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
             ;
         e->exited = 1;

@@ -26,6 +26,9 @@
 #define CUBICLE_AGENT_PROTOCOL_H
 
 #define CUBICLE_FRAME_HEADER_SIZE 9
+/* A RUN (or FORK) whose argv[0] is this runs the agent's own changed-files
+ * listing (changed.h) in the forked child instead of exec'ing a program. */
+#define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
 /* the largest payload either side accepts */
 #define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
 

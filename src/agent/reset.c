@@ -380,30 +380,36 @@ static int read_key(const char *path, const char *key, uint64_t *value)
     return 0;
 }
 
+/* Where each counter lives under cgroup v2 and under v1 (the names differ, the
+ * meaning does not): OOM kills and OOM events, pids-limit hits, anonymous
+ * memory, shared memory. */
+struct cgroup_files {
+    const char *memory_events, *oom_kill, *oom, *pids_events, *memory_stat, *anon;
+};
+
+static const struct cgroup_files cgroup_v2 = {
+    "/sys/fs/cgroup/memory.events", "oom_kill", "oom", "/sys/fs/cgroup/pids.events",
+    "/sys/fs/cgroup/memory.stat", "anon",
+};
+static const struct cgroup_files cgroup_v1 = {
+    "/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", "under_oom", "/sys/fs/cgroup/pids/pids.events",
+    "/sys/fs/cgroup/memory/memory.stat", "rss",
+};
+
 static struct cgroup_state read_cgroup(void)
 {
+    const struct cgroup_files *f =
+        access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? &cgroup_v2 : &cgroup_v1;
     struct cgroup_state s = { 0 };
-    uint64_t a = 0, b = 0, c = 0;
+    uint64_t kills = 0, ooms = 0, anon = 0, shmem = 0;
 
-    if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {   /* v2 */
-        s.ok = read_key("/sys/fs/cgroup/memory.events", "oom_kill", &a) == 0 &&
-               read_key("/sys/fs/cgroup/memory.events", "oom", &b) == 0 &&
-               read_key("/sys/fs/cgroup/pids.events", "max", &s.pids_max) == 0 &&
-               read_key("/sys/fs/cgroup/memory.stat", "anon", &c) == 0;
-        s.oom_kills = a + b;
-        s.memory = c;
-        s.ok = s.ok && read_key("/sys/fs/cgroup/memory.stat", "shmem", &c) == 0;
-        s.memory += c;
-    } else {   /* v1 */
-        s.ok = read_key("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", &a) == 0 &&
-               read_key("/sys/fs/cgroup/memory/memory.oom_control", "under_oom", &b) == 0 &&
-               read_key("/sys/fs/cgroup/pids/pids.events", "max", &s.pids_max) == 0 &&
-               read_key("/sys/fs/cgroup/memory/memory.stat", "rss", &c) == 0;
-        s.oom_kills = a + b;
-        s.memory = c;
-        s.ok = s.ok && read_key("/sys/fs/cgroup/memory/memory.stat", "shmem", &c) == 0;
-        s.memory += c;
-    }
+    s.ok = read_key(f->memory_events, f->oom_kill, &kills) == 0 &&
+           read_key(f->memory_events, f->oom, &ooms) == 0 &&
+           read_key(f->pids_events, "max", &s.pids_max) == 0 &&
+           read_key(f->memory_stat, f->anon, &anon) == 0 &&
+           read_key(f->memory_stat, "shmem", &shmem) == 0;
+    s.oom_kills = kills + ooms;
+    s.memory = anon + shmem;
     return s;
 }
 

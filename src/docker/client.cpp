@@ -74,6 +74,28 @@ std::map<std::string, std::string> read_labels(simdjson::dom::element item) {
     return labels;
 }
 
+// The items of a list answer (networks, volumes), each as its `id_key` and its labels.
+std::vector<ContainerSummary> named_items(simdjson::simdjson_result<simdjson::dom::element> list, std::string_view id_key) {
+    std::vector<ContainerSummary> out;
+    simdjson::dom::array items;
+    if (list.get(items) != simdjson::SUCCESS) return out;
+    for (auto item : items) {
+        ContainerSummary summary;
+        std::string_view text;
+        if (item[id_key].get(text) == simdjson::SUCCESS) summary.id = text;
+        summary.labels = read_labels(item);
+        out.push_back(std::move(summary));
+    }
+    return out;
+}
+
+// The `filters` query value of a list call that keeps what carries `label_filter`.
+std::string label_filters(std::string_view label_filter) {
+    json::Writer filters;
+    filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();
+    return url_encode(filters.str());
+}
+
 Client::Response check(Client::Response response, std::string_view what) {
     if (response.status >= 400) {
         throw Error(response.status, fmt::format("{}: {} (HTTP {})", what, daemon_message(response.body), response.status));
@@ -291,7 +313,9 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
     auto started = std::chrono::steady_clock::now();
     for (int attempt = 0;; ++attempt) {
         // No co_await inside ?: here: GCC 12 miscompiles it (the socket is destroyed).
-        bool reused = !impl_->idle.empty();
+        // A retry always goes out on a fresh connection: the other idle ones
+        // are as old as the one that failed.
+        bool reused = attempt == 0 && !impl_->idle.empty();
         std::optional<Socket> connection;
         if (reused) {
             connection.emplace(std::move(impl_->idle.back()));
@@ -314,8 +338,12 @@ asio::awaitable<Client::Response> Client::request(std::string method, std::strin
             throw Error(413, fmt::format("{} {}: the answer is larger than {} bytes", method, target, max_body));
         }
         if (ec) {
-            // An idle keep-alive connection the daemon closed: try once on a fresh one.
-            if (reused && attempt == 0) continue;
+            // An idle keep-alive connection the daemon closed (say, after minutes
+            // of an image import): the others most likely are closed too.
+            if (reused) {
+                impl_->idle.clear();
+                continue;
+            }
             auto why = co_await impl_->why(exchange.socket.native_handle(), ec);
             throw Error(0, fmt::format("{} {}: connection to the Docker daemon at {} failed: {}", method, target,
                                        impl_->endpoint.describe(), why));
@@ -365,9 +393,7 @@ asio::awaitable<void> Client::remove_container(std::string id) {
 }
 
 asio::awaitable<std::vector<ContainerSummary>> Client::list_containers(std::string label_filter) {
-    json::Writer filters;
-    filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();
-    auto res = check(co_await request("GET", "/containers/json?all=1&filters=" + url_encode(filters.str())),
+    auto res = check(co_await request("GET", "/containers/json?all=1&filters=" + label_filters(label_filter)),
                      "listing containers failed");
     json::Document doc;
     if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable container list: " + *error);
@@ -461,21 +487,35 @@ asio::awaitable<void> Client::remove_network(std::string network) {
 }
 
 asio::awaitable<std::vector<ContainerSummary>> Client::list_networks(std::string label_filter) {
-    json::Writer filters;
-    filters.begin_object().key("label").begin_array().value(label_filter).end_array().end_object();
-    auto res = check(co_await request("GET", "/networks?filters=" + url_encode(filters.str())), "listing networks failed");
+    auto res = check(co_await request("GET", "/networks?filters=" + label_filters(label_filter)), "listing networks failed");
     json::Document doc;
-    std::vector<ContainerSummary> out;
-    simdjson::dom::array items;
-    if (doc.parse(res.body) || doc.root().get(items) != simdjson::SUCCESS) co_return out;
-    for (auto item : items) {
-        ContainerSummary summary;
-        std::string_view text;
-        if (item["Id"].get(text) == simdjson::SUCCESS) summary.id = text;
-        summary.labels = read_labels(item);
-        out.push_back(std::move(summary));
-    }
-    co_return out;
+    if (doc.parse(res.body)) co_return std::vector<ContainerSummary>{};
+    co_return named_items(doc.root(), "Id");
+}
+
+asio::awaitable<void> Client::create_volume(std::string config_json) {
+    check(co_await request("POST", "/volumes/create", std::move(config_json)), "creating a volume failed");
+}
+
+asio::awaitable<void> Client::remove_volume(std::string name) {
+    auto res = co_await request("DELETE", "/volumes/" + url_encode(name));
+    if (res.status != 404) check(res, fmt::format("removing volume {} failed", name));
+}
+
+asio::awaitable<std::optional<ContainerSummary>> Client::inspect_volume(std::string name) {
+    auto res = co_await request("GET", "/volumes/" + url_encode(name));
+    if (res.status == 404) co_return std::nullopt;
+    check(res, fmt::format("inspecting volume {} failed", name));
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable volume: " + *error);
+    co_return ContainerSummary{.id = name, .labels = read_labels(doc.root())};
+}
+
+asio::awaitable<std::vector<ContainerSummary>> Client::list_volumes(std::string label_filter) {
+    auto res = check(co_await request("GET", "/volumes?filters=" + label_filters(label_filter)), "listing volumes failed");
+    json::Document doc;
+    if (doc.parse(res.body)) co_return std::vector<ContainerSummary>{};
+    co_return named_items(doc.root()["Volumes"], "Name");
 }
 
 asio::awaitable<std::string> Client::exec_create(std::string id, std::string config_json) {

@@ -119,6 +119,14 @@ public:
     asio::awaitable<void> remove_network(std::string network);
     // Ids of networks carrying `label_filter` with their labels.
     asio::awaitable<std::vector<ContainerSummary>> list_networks(std::string label_filter);
+    // Named volumes: creating one (POST /volumes/create, an existing name is no error on
+    // Docker), removing one (gone already is no error; Error 409 while a container uses
+    // it), and the names (as `id`) of those carrying `label_filter` with their labels.
+    asio::awaitable<void> create_volume(std::string config_json);
+    asio::awaitable<void> remove_volume(std::string name);
+    asio::awaitable<std::vector<ContainerSummary>> list_volumes(std::string label_filter);
+    // The volume's labels (name as `id`); nullopt when there is no such volume.
+    asio::awaitable<std::optional<ContainerSummary>> inspect_volume(std::string name);
 
     // Runs a process in a running container (the fallback when the agent cannot run):
     // create, then start over a hijacked connection, then read its exit code.

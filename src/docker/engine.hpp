@@ -9,6 +9,9 @@
 
 namespace cubicle::docker {
 
+// gVisor's runtime (runsc), under any of the names it is registered by.
+bool is_gvisor(std::string_view runtime);
+
 struct Engine {
     enum class Kind { docker, podman } kind = Kind::docker;
     std::string version;          // the engine's own version: "24.0.5", "4.3.1"
@@ -46,6 +49,16 @@ struct Engine {
     // container was not running (Docker: 409; Podman: 500 "container state improper").
     bool kill_found_not_running(unsigned status, std::string_view message) const;
 
+    // ---- what a runtime can be trusted with ("" names the engine's default) ----
+    std::string_view runtime_or_default(std::string_view runtime) const { return runtime.empty() ? default_runtime : runtime; }
+    // Whether the agent's zygote may fork fresh runs and a throwaway sandbox may be
+    // reset for reuse: runsc 2022-12 (ptrace) loses the agent of a sandbox whose runs
+    // the zygote forks, and recycling is not proven under it.
+    bool forks_and_recycles(std::string_view runtime) const { return !is_gvisor(runtime_or_default(runtime)); }
+    // Whether PUT and GET /archive work on a running container: Podman's fail under runsc
+    // (Docker with runsc could not be tried here: it needs daemon.json registration).
+    bool archive_on_running(std::string_view runtime) const { return !(podman() && is_gvisor(runtime_or_default(runtime))); }
+
     // Whether `runtime` can run containers here, and when not, why (for messages).
     bool offers(std::string_view runtime) const;
     std::string why_not(std::string_view runtime) const;
@@ -62,8 +75,5 @@ struct RuntimeOverhead {
     int memory_mb = 0;
 };
 RuntimeOverhead runtime_overhead(std::string_view runtime);
-
-// gVisor's runtime (runsc): file tools that use the Engine's archive API fail under it.
-bool is_gvisor(std::string_view runtime);
 
 } // namespace cubicle::docker

@@ -127,15 +127,6 @@ const Profile* find_profile(std::string_view name) {
     return nullptr;
 }
 
-std::string missing_language(std::string_view image, std::string_view language) {
-    auto profile = find_profile(image);
-    if (!profile || std::find(profile->languages.begin(), profile->languages.end(), language) != profile->languages.end()) return {};
-    std::string languages;
-    for (const auto& name : profile->languages) languages += (languages.empty() ? "" : ", ") + name;
-    return fmt::format("the image {} has no {}; it runs {}. Use one of those, or a sandbox of another image (initialize_sandbox image)",
-                       profile->image, language, languages);
-}
-
 std::string host_suite() {
     std::istringstream in(file_contents("/etc/os-release"));
     for (std::string line; std::getline(in, line);) {

@@ -54,10 +54,6 @@ const Profile* find_profile(std::string_view name);
 // images are built from; empty when unknown.
 std::string host_suite();
 
-// When `image` is a profile's image that cannot run `language` (a canonical name): a
-// message naming the image and the languages it has. Empty otherwise.
-std::string missing_language(std::string_view image, std::string_view language);
-
 // A digest of everything that decides what a build produces: the profile, the
 // builder's steps, the suite and, for an image that carries it, this binary. An
 // image labelled with the same digest is current.

@@ -37,7 +37,7 @@ std::string encode(FrameType type, std::uint32_t id, std::string_view payload) {
     return out;
 }
 
-std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type) {
+std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type, bool with_stdin) {
     std::string payload;
     put_field(payload, std::to_string(request.timeout_ms));
     put_field(payload, std::to_string(request.max_output_bytes));
@@ -46,7 +46,7 @@ std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType ty
     for (const auto& arg : request.argv) put_field(payload, arg);
     put_field(payload, std::to_string(request.env.size()));
     for (const auto& var : request.env) put_field(payload, var);
-    payload += request.stdin_data;
+    if (with_stdin) payload += request.stdin_data;
     return encode(type, id, payload);
 }
 

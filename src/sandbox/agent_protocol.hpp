@@ -18,6 +18,8 @@ enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
 
 constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
 constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
+// argv[0] of a run the agent serves itself (agent/changed.h).
+constexpr std::string_view builtin_changed_files = CUBICLE_BUILTIN_CHANGED_FILES;
 
 struct Frame {
     FrameType type;
@@ -37,8 +39,9 @@ struct RunRequest {
     bool fork = false;  // sent as FORK: the sandbox's zygote forks it when it can
 };
 
-// A run (or, with type open, a long-lived process) request.
-std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type = FrameType::run);
+// A run (or, with type open, a long-lived process) request; without its stdin
+// when that goes in STDIN frames after a START.
+std::string encode_run(std::uint32_t id, const RunRequest& request, FrameType type = FrameType::run, bool with_stdin = true);
 
 // Asks the agent to keep a copy of execution `id`'s output (up to `cap`
 // bytes per stream) in `dir`; sent before the run, or before each cell.

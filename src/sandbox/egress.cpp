@@ -11,8 +11,9 @@
 
 namespace cubicle::sandbox {
 
-Egress::Egress(asio::any_io_executor executor, docker::Client& docker, const Config& config, std::string instance)
-    : executor_(std::move(executor)), docker_(docker), config_(config), instance_(std::move(instance)),
+Egress::Egress(asio::any_io_executor executor, docker::Client& docker, const Config& config, std::string instance,
+               AgentVolume& agent_volume)
+    : executor_(std::move(executor)), docker_(docker), config_(config), instance_(std::move(instance)), agent_volume_(agent_volume),
       network_name_("cubicle-egress-" + instance_) {}
 
 std::string Egress::proxy_url() const { return fmt::format("http://{}:{}", proxy_alias, proxy_port); }
@@ -47,9 +48,11 @@ asio::awaitable<void> Egress::ensure() {
 
 asio::awaitable<void> Egress::start() {
     network_id_ = co_await docker_.create_network(egress_network_config(network_name_, instance_));
-    proxy_id_ = co_await docker_.create_container(proxy_config(config_.default_image, instance_, network_name_, config_.egress_allow, docker_.engine()),
-                                                  "cubicle-proxy-" + instance_);
-    co_await docker_.put_archive(proxy_id_, agent_dir, agent_archive());
+    auto agent_volume = co_await agent_volume_.ensure(config_.default_image);
+    proxy_id_ = co_await docker_.create_container(
+        proxy_config(config_.default_image, instance_, network_name_, config_.egress_allow, docker_.engine(), agent_volume),
+        "cubicle-proxy-" + instance_);
+    if (agent_volume.empty()) co_await docker_.put_archive(proxy_id_, agent_dir, agent_archive());
     // The proxy's second network is the way out.
     co_await docker_.connect_network("bridge", proxy_id_);
     proxy_stdin_ = co_await docker_.attach(proxy_id_);

@@ -15,6 +15,7 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "sandbox/agent_volume.hpp"
 
 namespace cubicle::sandbox {
 
@@ -22,7 +23,7 @@ namespace asio = boost::asio;
 
 class Egress {
 public:
-    Egress(asio::any_io_executor executor, docker::Client& docker, const Config& config, std::string instance);
+    Egress(asio::any_io_executor executor, docker::Client& docker, const Config& config, std::string instance, AgentVolume& agent_volume);
 
     // Creates the network and starts the proxy on first use; later calls wait
     // for that. Throws ToolError when it cannot.
@@ -39,6 +40,7 @@ private:
     docker::Client& docker_;
     const Config& config_;
     std::string instance_;
+    AgentVolume& agent_volume_;
     std::string network_name_;
     std::string network_id_;
     std::string proxy_id_;

@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "common/all_at_once.hpp"
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/log.hpp"
@@ -33,35 +34,22 @@ constexpr auto agent_start_timeout = std::chrono::seconds(15);
 constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
 // How often shutdown looks again for containers of its own that are still being removed.
 constexpr int leftover_rounds = 40;
-
-// Runs `tasks` at once and returns when every one has ended; each reports its own failures.
-asio::awaitable<void> all_at_once(asio::any_io_executor executor, std::vector<asio::awaitable<void>> tasks) {
-    struct Countdown {
-        std::size_t left;
-        asio::steady_timer done;
-    };
-    auto countdown = std::make_shared<Countdown>(
-        Countdown{tasks.size(), asio::steady_timer(executor, asio::steady_timer::time_point::max())});
-    for (auto& task : tasks) {
-        asio::co_spawn(executor, std::move(task), [countdown](std::exception_ptr) {
-            if (--countdown->left == 0) countdown->done.cancel();
-        });
-    }
-    if (countdown->left > 0) co_await countdown->done.async_wait(asio::as_tuple(asio::use_awaitable));
-}
+// Background removals at once (sandbox/removals.hpp).
+constexpr std::size_t removals_at_once = 2;
 
 } // namespace
 
 Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config)
     : executor_(executor), docker_(docker), config_(config), instance_(random_hex(8)),
-      pool_(executor, resolve({}),
+      pools_(executor, resolve({}),
             PoolSettings{static_cast<std::size_t>(config.pool_size),
                          // no pool at all stays no pool: --pool-size 0 turns recycling off too
                          config.pool_size == 0 ? 0 : static_cast<std::size_t>(config.pool_max),
                          static_cast<std::size_t>(config.pool_refill), std::chrono::seconds(config.pool_idle_s)},
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
-      egress_(executor, docker, config, instance_) {}
+      removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
+      egress_(executor, docker, config, instance_, agent_volume_) {}
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.image.empty()) spec.image = config_.default_image;
@@ -206,12 +194,13 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std:
         spec.network_name = egress_.network();
         spec.proxy_url = egress_.proxy_url();
     }
-    // The pool runs once the default image is known to be present (start_pool).
+    // The pools run once the default image is known to be present (start_pool).
     std::shared_ptr<Sandbox> pooled;
-    if (pool_started_) pooled = co_await pool_.acquire(spec, owner);
+    if (pool_started_) pooled = co_await pools_.acquire(spec, owner);
     if (auto sandbox = std::move(pooled)) {
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
+        if (!throwaway) sandbox->prewarm("python");  // a recycled one comes without its interpreter
         sandbox->set_owner(std::move(owner));
         sandboxes_[sandbox->id()] = sandbox;
         co_return sandbox;
@@ -257,22 +246,17 @@ void Manager::check_engine(const SandboxSpec& spec) const {
     }
 }
 
-// runsc 2022-12 (through Podman, ptrace platform) loses the agent of a sandbox
-// whose runs the zygote forks: there, fresh runs are exec'd. Recycling is not
-// proven under runsc either, so its throwaway sandboxes are removed as before.
-bool Manager::under_gvisor(const SandboxSpec& spec) const {
-    return (spec.runtime.empty() ? docker_.engine().default_runtime : spec.runtime) == "runsc";
-}
-
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent, bool retried) {
     co_await know_engine();
     check_engine(spec);
+    std::string agent_volume;
+    if (agent) agent_volume = co_await agent_volume_.ensure(spec.image);
     std::string sandbox_id = "sb-" + random_hex(6);
-    std::string container_id = co_await docker_.create_container(container_config(spec, instance_, sandbox_id, agent, docker_.engine()),
-                                                                 "cubicle-" + sandbox_id);
+    std::string container_id = co_await docker_.create_container(
+        container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume), "cubicle-" + sandbox_id);
     std::exception_ptr failure;
     try {
-        co_return co_await start(sandbox_id, container_id, spec, agent);
+        co_return co_await start(sandbox_id, container_id, spec, agent, agent && agent_volume.empty());
     } catch (...) {
         failure = std::current_exception();
     }
@@ -281,18 +265,20 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     } catch (const std::exception& e) {
         log::warning("removing container {} after a failed start: {}", container_id, e.what());
     }
+    if (!agent_volume.empty() && !retried) {
+        bool intact = co_await agent_volume_.intact();
+        if (!intact) co_return co_await launch_with(std::move(spec), agent, true);
+    }
     std::rethrow_exception(failure);
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent) {
-    // The workspace volume starts as a copy of the image's /workspace, owner included:
-    // the image provides it owned by the sandbox user (Docker's archive upload does not
-    // change the owner of the directory it extracts into).
-    if (agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
+                                                         bool copy_agent) {
+    if (copy_agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
-    if (under_gvisor(sandbox->spec())) sandbox->disable_zygote();
+    if (!docker_.engine().forks_and_recycles(sandbox->spec().runtime)) sandbox->disable_zygote();
     if (!agent) {
         sandbox->connect_exec(std::move(stream), docker_);
         co_return sandbox;
@@ -312,6 +298,7 @@ asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
         co_return;
     }
     sandbox->shutdown("it was stopped");
+    auto turn = co_await removal_turns_.wait();
     try {
         co_await docker_.remove_container(sandbox->container_id());
     } catch (const std::exception& e) {
@@ -383,10 +370,11 @@ void Manager::release(std::string id) {
     if (it == sandboxes_.end()) return;
     auto sandbox = it->second;
     sandboxes_.erase(it);
-    // A throwaway sandbox goes back to the pool, reset, when it can (Pool::recycle).
-    // Not under gVisor (see under_gvisor): those sandboxes are removed as before.
-    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle && !under_gvisor(sandbox->spec())) {
-        asio::co_spawn(executor_, pool_.recycle(std::move(sandbox)), asio::detached);
+    // A throwaway sandbox goes back to its profile's pool, reset, when it can (Pool::recycle).
+    // Not where the runtime cannot be trusted with it (Engine::forks_and_recycles).
+    if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle &&
+        docker_.engine().forks_and_recycles(sandbox->spec().runtime)) {
+        asio::co_spawn(executor_, pools_.recycle(std::move(sandbox)), asio::detached);
         return;
     }
     asio::co_spawn(executor_, discard(std::move(sandbox)), asio::detached);
@@ -394,6 +382,7 @@ void Manager::release(std::string id) {
 
 asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
+    removal_turns_.open();
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
         sandbox->shutdown("the server is stopping");
@@ -406,25 +395,37 @@ asio::awaitable<void> Manager::destroy_all() {
     sandboxes_.clear();
     workspace_hosts_.clear();
     std::vector<asio::awaitable<void>> removals;
-    removals.push_back(pool_.drain());
+    removals.push_back(pools_.drain());
     for (const auto& container : containers) removals.push_back(remove_quietly(container));
     co_await all_at_once(executor_, std::move(removals));
-    // Anything of ours the map does not know (a creation cut short) goes too, and
-    // removals still under way (the daemon answers 409 to a second one) are waited for.
     try {
-        asio::steady_timer pause(executor_);
-        for (int round = 0; round < leftover_rounds; ++round) {
-            auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
-            if (ours.empty()) break;
-            std::vector<asio::awaitable<void>> leftovers;
-            for (const auto& container : ours) leftovers.push_back(remove_quietly(container.id));
-            co_await all_at_once(executor_, std::move(leftovers));
-            pause.expires_after(std::chrono::milliseconds(50));
-            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
-        }
+        co_await remove_leftovers();
         co_await egress_.teardown();
+        // Last, once no container uses it; a removal the daemon had not finished yet
+        // holds it a moment longer, and then it is tried once more.
+        bool removed = co_await agent_volume_.remove();
+        if (!removed) {
+            co_await remove_leftovers();
+            removed = co_await agent_volume_.remove();
+        }
+        if (!removed) log::warning("the agent volume {} is still in use; the next cubicle to start removes it", agent_volume_.name());
     } catch (const std::exception& e) {
         log::warning("removing sandboxes at exit: {} (the next cubicle to start removes what is left)", e.what());
+    }
+}
+
+// Anything of ours the map does not know (a creation cut short) goes too, and
+// removals still under way (the daemon answers 409 to a second one) are waited for.
+asio::awaitable<void> Manager::remove_leftovers() {
+    asio::steady_timer pause(executor_);
+    for (int round = 0; round < leftover_rounds; ++round) {
+        auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
+        if (ours.empty()) break;
+        std::vector<asio::awaitable<void>> leftovers;
+        for (const auto& container : ours) leftovers.push_back(remove_quietly(container.id));
+        co_await all_at_once(executor_, std::move(leftovers));
+        pause.expires_after(std::chrono::milliseconds(50));
+        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
     }
 }
 
@@ -436,29 +437,38 @@ asio::awaitable<void> Manager::remove_quietly(std::string container_id) {
     }
 }
 
+bool Manager::orphaned(const std::map<std::string, std::string>& labels) const {
+    auto instance = labels.find(label_instance);
+    auto owner = labels.find(label_owner);
+    if (instance == labels.end() || instance->second == instance_ || owner == labels.end()) return false;
+    return owner_state(owner->second) == OwnerState::dead;
+}
+
 asio::awaitable<void> Manager::remove_orphans() {
     auto containers = co_await docker_.list_containers(fmt::format("{}=true", label_managed));
     std::vector<asio::awaitable<void>> removals;
     for (const auto& container : containers) {
-        auto instance = container.labels.find(label_instance);
-        auto owner = container.labels.find(label_owner);
-        if (instance == container.labels.end() || instance->second == instance_ || owner == container.labels.end()) continue;
-        if (owner_state(owner->second) != OwnerState::dead) continue;
+        if (!orphaned(container.labels)) continue;
         log::info("removing container {} of cubicle instance {}: its owner is gone ({})", container.id.substr(0, 12),
-                  instance->second, owner->second);
+                  container.labels.at(label_instance), container.labels.at(label_owner));
         removals.push_back(remove_quietly(container.id));
     }
     co_await all_at_once(executor_, std::move(removals));
-    // Their egress networks, once the containers on them are gone.
+    // Their egress networks and agent volumes, once the containers using them are gone.
     for (const auto& network : co_await docker_.list_networks(fmt::format("{}=true", label_managed))) {
-        auto instance = network.labels.find(label_instance);
-        auto owner = network.labels.find(label_owner);
-        if (instance == network.labels.end() || instance->second == instance_ || owner == network.labels.end()) continue;
-        if (owner_state(owner->second) != OwnerState::dead) continue;
+        if (!orphaned(network.labels)) continue;
         try {
             co_await docker_.remove_network(network.id);
         } catch (const std::exception& e) {
             log::debug("leaving network {}: {}", network.id.substr(0, 12), e.what());
+        }
+    }
+    for (const auto& volume : co_await docker_.list_volumes(fmt::format("{}={}", label_role, role_agent))) {
+        if (volume.labels.count(label_managed) == 0 || !orphaned(volume.labels)) continue;
+        try {
+            co_await docker_.remove_volume(volume.id);
+        } catch (const std::exception& e) {
+            log::debug("leaving volume {}: {}", volume.id, e.what());
         }
     }
 }

@@ -13,8 +13,10 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "sandbox/agent_volume.hpp"
 #include "sandbox/egress.hpp"
-#include "sandbox/pool.hpp"
+#include "sandbox/pools.hpp"
+#include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
 
 namespace cubicle::sandbox {
@@ -46,7 +48,7 @@ public:
     void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
     asio::awaitable<void> destroy(std::string id);
     // Like destroy, but in the background: the sandbox is unusable at once, the
-    // caller does not wait. A throwaway sandbox of the pooled profile is reset
+    // caller does not wait. A throwaway sandbox of a pooled profile is reset
     // and pooled again for the same principal (Pool::recycle); others are removed.
     void release(std::string id);
     // Removes every container of this server, all at once; refuses new sandboxes
@@ -62,37 +64,45 @@ public:
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
-    // Starts keeping warm sandboxes of the default profile.
+    // Starts keeping warm sandboxes of the default profile (and of others in demand).
     void start_pool() {
         // A runtime the engine lacks would fail every warm sandbox (set_daemon_info said so).
         const auto& engine = docker_.engine();
         if (closed_ || !engine.enforces_limits || (!config_.runtime.empty() && !engine.offers(config_.runtime))) return;
         pool_started_ = true;
-        pool_.start();
+        pools_.start();
     }
     const std::string& default_image() const { return config_.default_image; }
     int pool_size() const { return config_.pool_size; }
-    PoolStats pool_stats() const { return pool_.stats(); }
+    // Summed over the pools of every profile.
+    PoolStats pool_stats() const { return pools_.stats(); }
     // Whether the default image is on the host; when not, warns the operator with the
     // command that builds it (or that it must be pulled on first use).
     asio::awaitable<bool> check_default_image();
 
 private:
-    bool under_gvisor(const SandboxSpec& spec) const;
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
-    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
+    // Tried once more when the agent volume turns out to have been removed (`retried`).
+    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent, bool retried = false);
     // Connects first when start-up has not yet (which engine it is decides the config).
     asio::awaitable<void> know_engine();
     // Throws ToolError when the engine cannot run `spec` (limits, runtime).
     void check_engine(const SandboxSpec& spec) const;
-    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent);
+    // `copy_agent`: the container has no shared agent volume, the agent is copied into it.
+    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
+                                                    bool copy_agent);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
+    // Removes a sandbox in the background (release, the pools), taking turns with the others.
     asio::awaitable<void> discard(std::shared_ptr<Sandbox> sandbox);
     // Removes a container; a failure is logged (the next sweep retries).
     asio::awaitable<void> remove_quietly(std::string container_id);
+    // Removes the containers of this instance still there, and waits for removals under way.
+    asio::awaitable<void> remove_leftovers();
+    // Whether `labels` are those of another cubicle instance whose owner is provably dead.
+    bool orphaned(const std::map<std::string, std::string>& labels) const;
     // The container that holds the workspaces of `spec`'s profile, started on first use.
     asio::awaitable<std::shared_ptr<Sandbox>> workspace_host(SandboxSpec spec, StatusSink status);
     // Refuses a new sandbox past --max-sandboxes, else holds a place until destroyed.
@@ -120,8 +130,10 @@ private:
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
     std::map<std::string, std::shared_ptr<Sandbox>> workspace_hosts_;  // by profile
     unsigned next_workspace_uid_ = 10000;
-    Pool pool_;
+    Pools pools_;
+    RemovalTurns removal_turns_;
     bool pool_started_ = false;
+    AgentVolume agent_volume_;
     Egress egress_;
 };
 

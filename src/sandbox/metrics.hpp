@@ -1,5 +1,5 @@
 // The sandbox side of /metrics (Prometheus text format): live sandboxes and
-// the warm pool's gauges and counters.
+// the warm pools' gauges and counters, summed over profiles.
 #pragma once
 
 #include <cstddef>

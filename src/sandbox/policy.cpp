@@ -38,10 +38,25 @@ void engine_tmpfs(json::Writer& w, const docker::Engine& engine) {
     for (const char* path : {"/run", "/var/tmp"}) w.field(path, "ro,noexec,nosuid,nodev,size=64k,mode=755");
 }
 
+// The mount the agent comes from: the server's shared volume, read-only, with nothing of
+// the image copied in (NoCopy); or else an anonymous volume the agent is copied into.
+void agent_mount(json::Writer& w, const std::string& agent_volume) {
+    w.begin_object().field("Type", "volume").field("Target", agent_dir);
+    if (!agent_volume.empty()) {
+        w.field("Source", agent_volume).field("ReadOnly", true);
+        w.key("VolumeOptions").begin_object().field("NoCopy", true).end_object();
+    }
+    w.end_object();
+}
+
+void our_labels(json::Writer& w, const std::string& instance) {
+    w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record());
+}
+
 } // namespace
 
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
-                             const docker::Engine& engine) {
+                             const docker::Engine& engine, const std::string& agent_volume) {
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
@@ -77,7 +92,8 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     }
     w.end_array();
     w.key("Labels").begin_object();
-    w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).field(label_sandbox, sandbox_id);
+    our_labels(w, instance);
+    w.field(label_sandbox, sandbox_id);
     w.end_object();
     if (!spec.network) w.field("NetworkDisabled", true);
 
@@ -112,9 +128,8 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("/tmp", fmt::format("rw,noexec,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
     engine_tmpfs(w, engine);
     w.end_object();
-    // Anonymous volumes, removed with the container: the workspace must be a
-    // volume (archive PUT skips tmpfs mounts and refuses a read-only root), and
-    // the agent needs a place to be copied to. The workspace volume is itself a
+    // The workspace is an anonymous volume, removed with the container: it must be a
+    // volume (archive PUT skips tmpfs mounts and refuses a read-only root). It is itself a
     // tmpfs made by the `local` driver: the one quota on size and file count that
     // holds on every storage driver (a plain volume has none, and --storage-opt
     // size needs overlay2 on XFS with project quotas).
@@ -130,7 +145,7 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
         w.end_object().end_object().end_object();
     }
     w.end_object();
-    w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
+    if (agent) agent_mount(w, agent_volume);
     w.end_array();
     // Output travels over the attach stream; nothing needs to be kept in logs.
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
@@ -157,13 +172,15 @@ std::string exec_config(const ExecSpec& exec) {
 std::string egress_network_config(const std::string& name, const std::string& instance) {
     json::Writer w;
     w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
-    w.key("Labels").begin_object().field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).end_object();
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.end_object();
     w.end_object();
     return w.take();
 }
 
 std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow, const docker::Engine& engine) {
+                         const std::vector<std::string>& allow, const docker::Engine& engine, const std::string& agent_volume) {
     json::Writer w;
     w.begin_object().field("Image", image);
     w.key("Entrypoint").begin_array().value(agent_path).value("--proxy").value(std::to_string(proxy_port));
@@ -175,7 +192,8 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
     w.key("Env").begin_array().end_array();
     w.key("Labels").begin_object();
-    w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record()).field(label_role, "proxy");
+    our_labels(w, instance);
+    w.field(label_role, "proxy");
     w.end_object();
     w.key("HostConfig").begin_object();
     w.field("NetworkMode", network);
@@ -189,7 +207,7 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     engine_tmpfs(w, engine);
     w.end_object();
     w.key("Mounts").begin_array();
-    w.begin_object().field("Type", "volume").field("Target", agent_dir).end_object();
+    agent_mount(w, agent_volume);
     w.end_array();
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
     w.end_object();
@@ -197,6 +215,36 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.key(network).begin_object().key("Aliases").begin_array().value(proxy_alias).end_array().end_object();
     w.end_object().end_object();
     w.end_object();
+    return w.take();
+}
+
+std::string agent_volume_config(const std::string& name, const std::string& instance) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("Driver", "local");
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.field(label_role, role_agent);
+    w.end_object().end_object();
+    return w.take();
+}
+
+std::string agent_volume_filler_config(const std::string& image, const std::string& instance, const std::string& volume) {
+    json::Writer w;
+    w.begin_object().field("Image", image);
+    // Never started: an entrypoint only because an image without CMD cannot be created.
+    w.key("Entrypoint").begin_array().value(agent_path).end_array().key("Cmd").begin_array().end_array();
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.field(label_role, role_agent);
+    w.end_object();
+    w.field("NetworkDisabled", true);
+    w.key("HostConfig").begin_object().field("NetworkMode", "none");
+    w.key("Mounts").begin_array().begin_object();
+    w.field("Type", "volume").field("Source", volume).field("Target", agent_dir);
+    w.key("VolumeOptions").begin_object().field("NoCopy", true).end_object();
+    w.end_object().end_array();
+    w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
+    w.end_object().end_object();
     return w.take();
 }
 

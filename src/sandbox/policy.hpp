@@ -46,8 +46,10 @@ struct SandboxSpec {
 // The JSON body of POST /containers/create for `spec`. Without `agent` the
 // main process is a shell that only waits for its stdin to close (exec fallback).
 // `engine` says how the engine differs from Docker (docker/engine.hpp).
+// `agent_volume`: the server's volume holding the agent, mounted read-only; empty,
+// an anonymous volume of the container's own that the agent is copied into.
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
-                             bool agent = true, const docker::Engine& engine = {});
+                             bool agent = true, const docker::Engine& engine = {}, const std::string& agent_volume = {});
 
 // The JSON body of POST /containers/{id}/exec. An empty `user` keeps the container's.
 struct ExecSpec {
@@ -60,13 +62,20 @@ struct ExecSpec {
 std::string exec_config(const ExecSpec& exec);
 
 inline constexpr const char* label_role = "io.cubicle.role";
+inline constexpr const char* role_agent = "agent";  // the agent volume and the container that fills it
 inline constexpr const char* proxy_alias = "cubicle-proxy";
 inline constexpr int proxy_port = 3128;
 
 // The egress proxy's container: the agent in proxy mode, locked down like a
 // sandbox, on `network` (internal) under the name proxy_alias.
 std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow, const docker::Engine& engine = {});
+                         const std::vector<std::string>& allow, const docker::Engine& engine = {},
+                         const std::string& agent_volume = {});
+
+// The volume every container of one server instance takes its agent from (agent_volume.hpp).
+std::string agent_volume_config(const std::string& name, const std::string& instance);
+// The container, created and never started, through which the agent is written into that volume.
+std::string agent_volume_filler_config(const std::string& image, const std::string& instance, const std::string& volume);
 
 // The internal network networked sandboxes share: no route out but the proxy.
 std::string egress_network_config(const std::string& name, const std::string& instance);

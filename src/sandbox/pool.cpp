@@ -10,17 +10,17 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
 
+#include "common/all_at_once.hpp"
 #include "common/log.hpp"
 
 namespace cubicle::sandbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = Pool::Clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-// Demand is the takes of this recent past.
-constexpr auto demand_window = std::chrono::seconds(10);
+constexpr auto demand_window = Pool::demand_window;
 // Surplus sandboxes go once demand has been lower for this long.
 constexpr auto shrink_after = std::chrono::seconds(5);
 constexpr auto reset_timeout = std::chrono::seconds(5);
@@ -44,7 +44,18 @@ std::size_t memory_allows() {
     return std::numeric_limits<std::size_t>::max() / 2;
 }
 
+// Runs `work`, a coroutine of `pool`, keeping the pool alive until it ends.
+asio::awaitable<void> keeping(std::shared_ptr<Pool> pool, asio::awaitable<void> work) {
+    co_await std::move(work);
+}
+
 } // namespace
+
+std::string profile_key(const SandboxSpec& spec) {
+    return fmt::format("{}|net={}|gpu={}|mem={}|cpus={}|pids={}|tmp={}|disk={}|files={}|runtime={}", spec.image, spec.network,
+                       spec.gpu, spec.memory_mb, spec.cpus, spec.pids_limit, spec.tmp_size_mb, spec.disk_mb, spec.files_limit,
+                       spec.runtime);
+}
 
 // A take that found the pool empty and waits for the next sandbox to come out.
 struct Pool::Waiter {
@@ -54,23 +65,27 @@ struct Pool::Waiter {
     std::shared_ptr<Sandbox> box;
 };
 
-Pool::Pool(asio::any_io_executor executor, SandboxSpec profile, PoolSettings settings, Launcher launch, Remover remove)
-    : executor_(executor), profile_(std::move(profile)), settings_(settings), launch_(std::move(launch)),
-      remove_(std::move(remove)), last_take_(Clock::now()), idle_timer_(executor) {
+Pool::Pool(asio::any_io_executor executor, SandboxSpec profile, PoolSettings settings, Launcher launch, Remover remove,
+           Neighbours held_elsewhere)
+    : executor_(executor), profile_(std::move(profile)), key_(profile_key(profile_)), settings_(settings), launch_(std::move(launch)),
+      remove_(std::move(remove)), held_elsewhere_(std::move(held_elsewhere)), last_take_(Clock::now()), idle_timer_(executor) {
     settings_.max = std::max(settings_.max, settings_.size);
 }
 
-void Pool::start() {
+void Pool::start(std::deque<Clock::time_point> earlier_takes) {
     if (settings_.max == 0) return;
+    recent_takes_ = std::move(earlier_takes);
     refill();
-    asio::co_spawn(executor_, watch_idle(), asio::detached);
+    asio::co_spawn(executor_, keeping(shared_from_this(), watch_idle()), asio::detached);
 }
 
-bool Pool::matches(const SandboxSpec& spec) const {
-    // Per-sandbox environment travels with each execution, so it does not split the pool.
-    return spec.image == profile_.image && spec.network == profile_.network && spec.gpu == profile_.gpu && spec.memory_mb == profile_.memory_mb &&
-           spec.cpus == profile_.cpus && spec.pids_limit == profile_.pids_limit && spec.tmp_size_mb == profile_.tmp_size_mb &&
-           spec.disk_mb == profile_.disk_mb && spec.files_limit == profile_.files_limit;
+std::size_t Pool::room() const {
+    auto elsewhere = held_elsewhere_ ? held_elsewhere_() : 0;
+    return settings_.max > elsewhere ? settings_.max - elsewhere : 0;
+}
+
+bool Pool::unused() const {
+    return ready_.empty() && launching_ == 0 && recycling_ == 0 && waiters_.empty() && Clock::now() - last_take_ > demand_window;
 }
 
 double Pool::take_rate() const {
@@ -94,10 +109,7 @@ std::size_t Pool::target() const {
     auto in_flight = drain_rate() * start_latency_.count() + take_rate() * recycle_latency_.count();
     auto demand = settings_.size + static_cast<std::size_t>(std::ceil(in_flight));
     auto want = std::clamp(demand, settings_.size, settings_.max);
-    if (want > settings_.size) {
-        auto in_pool = ready_.size() + launching_;
-        want = std::max(settings_.size, std::min(want, in_pool + memory_allows()));
-    }
+    if (want > settings_.size) want = std::max(settings_.size, std::min({want, room(), held() + memory_allows()}));
     return want;
 }
 
@@ -183,7 +195,7 @@ void Pool::refill() {
     while (deficit > 0 && launching_ < concurrency) {
         ++launching_;
         --deficit;
-        asio::co_spawn(executor_, launch_one(), asio::detached);
+        asio::co_spawn(executor_, keeping(shared_from_this(), launch_one()), asio::detached);
     }
 }
 
@@ -232,13 +244,17 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
     recycle_latency_ = 0.8 * recycle_latency_ + 0.2 * std::chrono::duration<double>(Clock::now() - started);
     log::debug("sandbox {} reset in {} ms{}", box->id(),
                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(), left.empty() ? "" : ": " + left);
-    if (!left.empty() || stopped_ || idle_ || ready_.size() >= settings_.max) {
+    if (!left.empty() || stopped_ || idle_ || held() >= room()) {
         if (!left.empty()) log::info("sandbox {} removed rather than recycled: {}", box->id(), left);
         co_await remove_(std::move(box));
         co_return;
     }
     recent_returns_.push_back(Clock::now());
-    box->prewarm("python");
+    // It most likely serves throwaway runs again, which the zygote forks (it
+    // outlives resets). Its interpreter, which the reset ended, starts again
+    // only if a stateful sandbox is made of it (Manager::create): a Python start
+    // per throwaway run would cost more CPU than the run itself.
+    box->start_zygote();
     offer({std::move(box), std::move(owner)});
 }
 
@@ -281,18 +297,9 @@ asio::awaitable<void> Pool::drain() {
     }
     auto released = std::move(ready_);
     ready_.clear();
-    // All at once: shutdown must end before the client's patience does.
-    struct Countdown {
-        std::size_t left;
-        asio::steady_timer done;
-    };
-    auto countdown = std::make_shared<Countdown>(Countdown{released.size(), asio::steady_timer(executor_, Clock::time_point::max())});
-    for (auto& entry : released) {
-        asio::co_spawn(executor_, remove_(std::move(entry.box)), [countdown](std::exception_ptr) {
-            if (--countdown->left == 0) countdown->done.cancel();
-        });
-    }
-    if (countdown->left > 0) co_await countdown->done.async_wait(use_tuple);
+    std::vector<asio::awaitable<void>> removals;
+    for (auto& entry : released) removals.push_back(remove_(std::move(entry.box)));
+    co_await all_at_once(executor_, std::move(removals));
 }
 
 } // namespace cubicle::sandbox

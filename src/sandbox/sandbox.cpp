@@ -23,6 +23,10 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // presumed wedged and the container is given up.
 constexpr auto watchdog_grace = std::chrono::seconds(10);
 constexpr std::size_t max_agent_log = 4096;
+// Stdin up to this size rides in the RUN frame; more (an upload's archive may be
+// larger than a frame can be) goes in STDIN frames after a START. Either way the
+// agent holds what the program has not read yet.
+constexpr std::size_t max_inline_stdin = 1 << 20;
 
 } // namespace
 
@@ -189,11 +193,20 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     pending->done.expires_after(watchdog);
     pending_[exec_id] = pending;
     if (!options.save_dir.empty()) stream_->send(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
-    if (request.fork && !options.handle) start_zygote();
-    stream_->send(agent::encode_run(exec_id, request, options.handle         ? agent::FrameType::start
-                                                      : request.fork ? agent::FrameType::fork
-                                                                     : agent::FrameType::run));
+    bool stream_stdin = !options.handle && request.stdin_data.size() > max_inline_stdin;
+    bool start = options.handle || stream_stdin;
+    if (request.fork && !start) start_zygote();
+    stream_->send(agent::encode_run(exec_id, request,
+                                    start          ? agent::FrameType::start
+                                    : request.fork ? agent::FrameType::fork
+                                                   : agent::FrameType::run,
+                                    !stream_stdin));
     if (options.handle) options.handle->exec_id = exec_id;
+    if (stream_stdin) {
+        send_input(ExecHandle{exec_id}, request.stdin_data, true);
+        request.stdin_data.clear();  // sent: not kept for the whole run
+        request.stdin_data.shrink_to_fit();
+    }
     if (cancel) {
         std::weak_ptr<Sandbox> weak = weak_from_this();
         // Weak: the handler outlives the run in the request's Cancellation, and the run's

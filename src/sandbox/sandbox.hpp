@@ -122,7 +122,10 @@ public:
     // Starts the interpreter for `language` ahead of its first cell, and
     // the zygote for fresh runs (a pooled sandbox serves either).
     void prewarm(const std::string& language);
-    // Fresh Python runs are exec'd, never forked (gVisor: Manager::under_gvisor).
+    // Only the zygote (a sandbox that serves fresh runs needs no interpreter).
+    void start_zygote();
+    // Fresh Python runs are exec'd, never forked (where the runtime cannot be trusted
+    // with forks: Engine::forks_and_recycles).
     void disable_zygote() { zygote_disabled_ = true; }
 
     // Install requirements.txt / package.json before runs when they change.
@@ -156,7 +159,6 @@ private:
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
-    void start_zygote();
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;

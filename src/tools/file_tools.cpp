@@ -40,10 +40,9 @@ constexpr std::string_view inside_workspace_check = R"SH(
         esac
 )SH";
 
-// Runs a short shell script in the workspace as the sandbox user; a non-zero
-// exit becomes a ToolError carrying what the script said on stderr.
-asio::awaitable<sandbox::ExecResult> sandbox_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
-                                                std::string stdin_data, std::uint64_t max_output) {
+// Runs a short shell script in the workspace as the sandbox user.
+asio::awaitable<sandbox::ExecResult> run_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                            std::string stdin_data, std::uint64_t max_output) {
     auto request = sandbox::shell_command(std::move(script));
     request.argv.push_back("sh");  // $0
     for (auto& arg : args) request.argv.push_back(std::move(arg));
@@ -51,13 +50,24 @@ asio::awaitable<sandbox::ExecResult> sandbox_sh(std::shared_ptr<Sandbox> box, st
     request.timeout_ms = script_timeout_ms;
     request.max_output_bytes = max_output;
     sandbox::OutputSink no_sink;
-    auto result = co_await box->run(std::move(request), std::move(no_sink), nullptr);
-    if (result.status.exit_code != 0 || result.status.signal != 0) {
-        std::string message = result.stderr_text;
-        while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-        throw ToolError(message.empty() ? fmt::format("the file operation failed (exit code {})", result.status.exit_code)
-                                        : json::sanitize_utf8(message));
-    }
+    co_return co_await box->run(std::move(request), std::move(no_sink), nullptr);
+}
+
+bool failed(const sandbox::ExecResult& result) { return result.status.exit_code != 0 || result.status.signal != 0; }
+
+// A failed script as a ToolError carrying what it said on stderr.
+ToolError script_failure(const sandbox::ExecResult& result) {
+    std::string message = result.stderr_text;
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+    return ToolError(message.empty() ? fmt::format("the file operation failed (exit code {})", result.status.exit_code)
+                                     : json::sanitize_utf8(message));
+}
+
+// run_sh, where a non-zero exit becomes a ToolError.
+asio::awaitable<sandbox::ExecResult> sandbox_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                                std::string stdin_data, std::uint64_t max_output) {
+    auto result = co_await run_sh(std::move(box), std::move(script), std::move(args), std::move(stdin_data), max_output);
+    if (failed(result)) throw script_failure(result);
     co_return result;
 }
 
@@ -271,11 +281,15 @@ std::string base_name(std::string_view path) {
     return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
-// A host transfer's destination inside the sandbox may not pass through a symbolic
-// link: the Engine's archive API extracts as root and would follow it (into another
-// workspace's directory, or the agent's volume). Checked as the sandbox user just
-// before the upload; a program running at that very moment could still swap a link
-// in between (the README says so).
+// A host transfer's destination inside the sandbox never passes through a symbolic
+// link. Where the sandbox user extracts the upload (extract_as_sandbox_user) this is
+// no longer what keeps it in bounds, since tar cannot write where that user could
+// not, but it keeps the behaviour of every path alike: an upload replaces what is
+// at its destination and never lands where a link points. Where the Engine's
+// archive API extracts (as root, following links: into another workspace's
+// directory, or the agent's volume) it is the guard; checked as the sandbox user
+// just before the upload, so a program running at that very moment could still
+// swap a link in between (the README says so).
 constexpr std::string_view no_link_on_the_way = R"SH(
         p=$1
         while [ "$p" != . ]; do
@@ -283,6 +297,25 @@ constexpr std::string_view no_link_on_the_way = R"SH(
             p=$(dirname -- "$p")
         done
 )SH";
+
+// The upload's archive (stdin) is unpacked by tar running as the sandbox user, so
+// it reaches nothing that user could not. The archive is cubicle's own (relative
+// names, no links); -p keeps its modes whatever the umask. Exit status 3 (no_tar_exit;
+// tar's own are 0 to 2, the checks' 2) says that the image has no tar.
+constexpr int no_tar_exit = 3;
+constexpr std::string_view extract_as_sandbox_user = R"SH(
+        command -v tar >/dev/null || { echo "upload_file needs tar in the sandbox image" >&2; exit 3; }
+        exec tar -x -p -f - --no-same-owner)SH";
+
+// Empty when the upload may fall back on the Engine's archive API (a sandbox without
+// tar needs it), else why it may not.
+std::string why_no_archive_api(const Env& env, const Sandbox& box) {
+    const auto& engine = env.docker.engine();
+    if (engine.archive_on_running(box.spec().runtime)) return {};
+    return fmt::format("upload_file needs tar in the sandbox image here: {} cannot put files into a running container "
+                       "under the runtime {}",
+                       engine.describe(), engine.runtime_or_default(box.spec().runtime));
+}
 
 asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id", "host_path", "path"});
@@ -292,11 +325,29 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
     dirs.locate(host_path);  // refuses early, with the allowed roots in the message
     auto path = files::workspace_path(args.string("path").value_or(base_name(host_path)));
     if (path == ".") throw ToolError("path names the workspace itself; name the file or directory to create inside it");
-    auto packed = files::pack_host_path(dirs, host_path, path, box->uid(), transfer_limits(env.config));
-    std::string script(no_link_on_the_way);
-    std::vector<std::string> script_args{path};
-    co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
-    co_await env.docker.put_archive(box->container_id(), box->workspace(), std::move(packed.tar));
+    auto limits = transfer_limits(env.config);
+    auto packed = files::pack_host_path(dirs, host_path, path, box->uid(), limits);
+    // Through the agent wherever it runs; the Engine's archive API only where it does
+    // not (Docker exec mode) or the image has no tar.
+    bool through_archive_api = !box->uses_agent();
+    if (!through_archive_api) {
+        std::string script = std::string(no_link_on_the_way) + std::string(inside_workspace_check) + std::string(extract_as_sandbox_user);
+        std::vector<std::string> script_args{path};
+        auto extracted = co_await run_sh(box, std::move(script), std::move(script_args), std::move(packed.tar), 64 * 1024);
+        through_archive_api = extracted.status.exit_code == no_tar_exit;
+        if (through_archive_api) {
+            if (auto why = why_no_archive_api(env, *box); !why.empty()) throw ToolError(why);
+            packed = files::pack_host_path(dirs, host_path, path, box->uid(), limits);  // the first archive went to the sandbox
+        } else if (failed(extracted)) {
+            throw script_failure(extracted);
+        }
+    }
+    if (through_archive_api) {
+        std::string script(no_link_on_the_way);
+        std::vector<std::string> script_args{path};
+        co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
+        co_await env.docker.put_archive(box->container_id(), box->workspace(), std::move(packed.tar));
+    }
     json::Writer w;
     w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
     w.field("bytes", packed.bytes).key("skipped").begin_array();
@@ -395,14 +446,25 @@ constexpr double file_clock_slack = 0.05;
 asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::shared_ptr<Sandbox> box, double since) {
     // Bounded: stops after max_changed_links + 1 names, skips the trees that
     // hold thousands of files nobody asked about, and gives up after the
-    // script timeout (a partial list is still a list).
-    std::string script = R"SH(
-        find "$1" -xdev \( -path "$1/.cubicle" -o -name node_modules -o -name .git -o -name __pycache__ -o -name .venv \) -prune \
-            -o -type f -newermt "@$2" -printf '%P\0' 2>/dev/null | head -z -n "$3"; true)SH";
-    std::vector<std::string> script_args{box->workspace(), fmt::format("{:.3f}", since - file_clock_slack), std::to_string(max_changed_links + 1)};
+    // script timeout (a partial list is still a list). The agent lists them
+    // itself (agent/changed.h); without one, find does.
+    std::vector<std::string> list_args{box->workspace(), fmt::format("{:.3f}", since - file_clock_slack), std::to_string(max_changed_links + 1)};
     sandbox::ExecResult listing;
     try {
-        listing = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
+        if (box->uses_agent()) {
+            sandbox::agent::RunRequest request;
+            request.argv = {std::string(sandbox::agent::builtin_changed_files)};
+            request.argv.insert(request.argv.end(), list_args.begin(), list_args.end());
+            request.timeout_ms = script_timeout_ms;
+            request.max_output_bytes = 64 * 1024;
+            sandbox::OutputSink no_sink;
+            listing = co_await box->run(std::move(request), std::move(no_sink), nullptr);
+        } else {
+            std::string script = R"SH(
+        find "$1" -xdev \( -path "$1/.cubicle" -o -name node_modules -o -name .git -o -name __pycache__ -o -name .venv \) -prune \
+            -o -type f -newermt "@$2" -printf '%P\0' 2>/dev/null | head -z -n "$3"; true)SH";
+            listing = co_await sandbox_sh(box, std::move(script), std::move(list_args), std::string(), 64 * 1024);
+        }
     } catch (const ToolError&) {
         co_return;  // links are a convenience: a slow or failed listing costs the result nothing
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_wire import (CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
+from agent_wire import (BUILTIN_CHANGED_FILES, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def pid_alive(pid):
     """True if pid exists and is not a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
@@ -788,3 +788,35 @@ def test_open_errors(agent):
     assert b"already in use" in msg
     agent.send(KILL, 10)
     assert agent.collect(10).exit.signal == 9
+
+
+# ---------------------------------------------------------------------------
+# the built-in changed-files listing (src/agent/changed.h)
+
+
+def test_changed_files_lists_what_is_newer_and_skips_the_bulky_trees(agent, tmp_path):
+    old = tmp_path / "old.txt"
+    old.write_text("before")
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    since = time.time() - 1
+    for name in ["a.txt", "sub/b.txt", "sub/deeper/c.txt", ".cubicle/runs/out", "node_modules/m/x.js", ".git/HEAD",
+                 "sub/__pycache__/z.pyc", ".venv/lib/v.py"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / "link.txt").symlink_to("a.txt")
+    (tmp_path / "empty-dir").mkdir()
+    agent.run(1, [BUILTIN_CHANGED_FILES, str(tmp_path), f"{since:.3f}", "100"])
+    r = agent.collect(1)
+    assert r.error is None and r.exit.code == 0, (r.error, r.stderr)
+    assert sorted(r.stdout.split(b"\0")[:-1]) == [b"a.txt", b"sub/b.txt", b"sub/deeper/c.txt"]
+
+
+def test_changed_files_stops_at_its_count_and_refuses_bad_arguments(agent, tmp_path):
+    for i in range(20):
+        (tmp_path / f"f{i}").write_text("x")
+    agent.run(1, [BUILTIN_CHANGED_FILES, str(tmp_path), "0", "5"])
+    r = agent.collect(1)
+    assert r.exit.code == 0 and r.stdout.count(b"\0") == 5, r.stdout
+    for fid, args in enumerate([[str(tmp_path), "0"], [str(tmp_path), "soon", "5"], [str(tmp_path), "0", "0"]], start=2):
+        agent.run(fid, [BUILTIN_CHANGED_FILES, *args])
+        assert agent.collect(fid).exit.code == 2, args

@@ -318,6 +318,12 @@ class HttpServerProcess:
             await asyncio.sleep(0.05)
         raise RuntimeError("HTTP server did not start listening")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server has used so far."""
+        assert self.proc
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_kib(self) -> int:
         assert self.proc
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -442,7 +448,7 @@ class Bench:
         self.args = args
         self.rounds: int = args.rounds
         self.log_dir = Path(tempfile.mkdtemp(prefix="cubicle-bench-"))
-        self.binary = REPO / "build" / "cubicle"
+        self.binary = Path(os.environ.get("CUBICLE_BIN", REPO / "build" / "cubicle"))  # as the tests: another build to compare
         if not args.no_snapshot:
             # build/cubicle may be rebuilt while we run: every server runs one copy taken now
             snap = self.log_dir / "cubicle"
@@ -886,6 +892,9 @@ class Bench:
                 r = await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
                 (pair.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"stdio exec: {short(r.error or r.sc)}"))
             await self.stop(stdio, stdio_sid)
+            # Now, not after the throughput run: the server closes a connection idle for 120 s.
+            await session.call("stop_sandbox", {"sandbox_id": http_sid})
+            session.conn.close()
             if over.samples and pair.samples:
                 diff = over.med - pair.med
                 over.ratios = [f"this − stdio = {diff:+.3f} ms"]
@@ -909,23 +918,24 @@ class Bench:
                     r = await s.call("execute_code", {"code": PRINT1, "sandbox_id": sid})
                     (lat.append(r.elapsed_ms) if ok_print1(r) else errors.append(short(r.error or r.sc)))
 
-            t0 = time.perf_counter()
+            cpu0, t0 = srv.cpu_seconds(), time.perf_counter()
             await asyncio.gather(*(stream(s, sid) for s, sid in zip(sessions, sids)))
             wall = time.perf_counter() - t0
+            server_ms = (srv.cpu_seconds() - cpu0) / (clients * per) * 1e3
             rate = clients * per / wall
             tput.samples = lat
             tput.value = f"{rate:.0f} exec/s"
             tput.ratios = [f"latency median {median(lat):.1f} ms, p99 {pct(lat, 99):.1f} ms" if lat else "no samples",
-                           f"errors {len(errors)}/{clients * per}", f"wall {wall:.2f} s"]
+                           f"errors {len(errors)}/{clients * per}", f"wall {wall:.2f} s",
+                           # what the server itself spends, whatever else loads the machine
+                           f"server CPU {server_ms:.2f} ms/exec", f"load average {os.getloadavg()[0]:.1f}"]
             tput.target = "≥1000 exec/s, 0 errors"
             tput.checks = [rate >= 1000, not errors]
             if errors:
                 self.problems.append(f"HTTP throughput: {len(errors)} errors, first: {errors[0]}")
             await asyncio.gather(*(s.call("stop_sandbox", {"sandbox_id": sid}) for s, sid in zip(sessions, sids)))
-            await session.call("stop_sandbox", {"sandbox_id": http_sid})
             for s in sessions:
                 s.conn.close()
-            session.conn.close()
 
             await asyncio.sleep(1.0)
             before = srv.rss_kib()

@@ -186,12 +186,8 @@ def hdir(allowed, request) -> Path:
 @pytest.fixture
 async def own_sandbox(srv):
     """A sandbox only this test uses (for destructive tests)."""
-    sb = await srv.new_sandbox()
-    yield sb["sandbox_id"]
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
+    async with srv.sandbox() as sb:
+        yield sb["sandbox_id"]
 
 
 # --------------------------------------------------------------------------

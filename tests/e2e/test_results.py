@@ -288,3 +288,19 @@ async def test_saved_output_stays_within_a_quarter_of_the_workspace(srv):
     left = (await srv.sh(sid, "ls .cubicle/runs"))["stdout"].split()
     assert first not in left and second in left, left
     await srv.ok("stop_sandbox", {"sandbox_id": sid})
+
+
+async def test_files_a_run_changed_are_linked(srv):
+    async with srv.sandbox() as sb:
+        sid = sb["sandbox_id"]
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "old.txt", "content": "before"})
+        await asyncio.sleep(0.3)  # older than the run by more than the file clock's slack
+        code = ("import os\n"
+                "for p in ['a.txt', 'sub/b.txt', 'node_modules/m/x.js', '.git/HEAD', 'sub/__pycache__/z.pyc', '.venv/v.py']:\n"
+                "    os.makedirs(os.path.dirname(p) or '.', exist_ok=True); open(p, 'w').write(p)\n"
+                "os.symlink('a.txt', 'link.txt')\n")
+        r = await srv.call("execute_code", {"sandbox_id": sid, "code": code})
+        assert sorted(c.name for c in r.content if c.type == "resource_link") == ["a.txt", "sub/b.txt"], r.content
+        many = await srv.call("run_command", {"sandbox_id": sid, "command": "for i in $(seq 30); do echo x > many-$i.txt; done"})
+        links = [c for c in many.content if c.type == "resource_link"]
+        assert len(links) == 10 and "more files changed" in links[-1].description, many.content

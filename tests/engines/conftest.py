@@ -116,13 +116,8 @@ def podman_store(tmp: Path) -> Iterator[PodmanStore]:
     # A short path: Podman refuses a runroot longer than 50 characters (pytest's are longer).
     store = PodmanStore(Path(tempfile.mkdtemp(prefix="cubicle-podman-")))
     started = time.monotonic()
-    save = subprocess.Popen(["docker", "save", IMAGE], stdout=subprocess.PIPE)
-    load = subprocess.run(store.base("load"), stdin=save.stdout, capture_output=True, text=True, timeout=600)
-    assert save.stdout is not None
-    save.stdout.close()
-    save.wait(timeout=60)
-    if save.returncode != 0 or load.returncode != 0:
-        raise EngineUnavailable(f"loading {IMAGE} into Podman failed: {load.stderr.strip()[-300:]}")
+    if problem := copy_from_docker(store, IMAGE):
+        raise EngineUnavailable(problem)
     print(f"[engines] podman store: {IMAGE} loaded in {time.monotonic() - started:.1f} s")
     try:
         yield store
@@ -131,6 +126,18 @@ def podman_store(tmp: Path) -> Iterator[PodmanStore]:
         subprocess.run(store.base("system", "reset", "--force"), capture_output=True, timeout=300)
         _end_leftovers(store.root)
         shutil.rmtree(store.root, ignore_errors=True)
+
+
+def copy_from_docker(store: PodmanStore, image: str) -> str | None:
+    """`docker save IMAGE | podman load` into the store; what went wrong, or None."""
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    load = subprocess.run(store.base("load"), stdin=save.stdout, capture_output=True, text=True, timeout=600)
+    assert save.stdout is not None
+    save.stdout.close()
+    save.wait(timeout=60)
+    if save.returncode != 0 or load.returncode != 0:
+        return f"loading {image} into Podman failed: {load.stderr.strip()[-300:]}"
+    return None
 
 
 def _end_leftovers(root: Path) -> None:
@@ -236,10 +243,39 @@ def gvisor_engine(tmp: Path) -> Iterator[Engine]:
 
 # What gVisor on this machine cannot do, with the reason (the tests skip these cases).
 GVISOR_CANNOT: dict[str, str] = {
-    "workspaces": "a workspace's private directory is made with PUT /archive on the running shared container, which "
-                  "Podman cannot do under runsc (mkdir /workspace: read-only file system); file transfer through the "
-                  "agent would lift this",
+    "workspaces": "a workspace's private directory (mode 0700, owned by the workspace's uid) is made with PUT /archive "
+                  "on the running shared container, which Podman cannot do under runsc (mkdir /workspace: read-only file "
+                  "system); no process in the sandbox can make it instead: giving it to another uid needs CAP_CHOWN, and "
+                  "sandboxes run with no capabilities",
 }
+
+
+# --------------------------------------------------------------------------
+# an image without tar
+# --------------------------------------------------------------------------
+
+# IMAGE without tar: uploads into it cannot go through the agent (tar -x as the sandbox user).
+NO_TAR_IMAGE = "cubicle/sandbox-test-notar:latest"
+_no_tar_on: set[str] = set()  # "docker", and "podman" once copied into the session's store
+
+
+def no_tar_image(engine: Engine) -> str:
+    """NO_TAR_IMAGE on `engine`: built from IMAGE in Docker once (removed at the session's end)
+    and copied into the session's Podman store for the engines served from it."""
+    if "docker" not in _no_tar_on:
+        r = subprocess.run(["docker", "build", "-q", "-t", NO_TAR_IMAGE, "-"], input=f"FROM {IMAGE}\nRUN rm -f /usr/bin/tar /bin/tar\n",
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(f"building {NO_TAR_IMAGE} failed: {r.stderr.strip()[-300:]}")
+        _stack.callback(docker, "rmi", NO_TAR_IMAGE, check=False)
+        _no_tar_on.add("docker")
+    if isinstance(_store, PodmanStore) and engine.name in ("podman", "gvisor") and "podman" not in _no_tar_on:
+        if problem := copy_from_docker(_store, NO_TAR_IMAGE):
+            raise AssertionError(problem)
+        _no_tar_on.add("podman")
+    if engine.cli("image", "inspect", NO_TAR_IMAGE, check=False).returncode != 0:
+        pytest.skip(f"{engine.name} does not see the local Docker's images")
+    return NO_TAR_IMAGE
 
 
 # --------------------------------------------------------------------------

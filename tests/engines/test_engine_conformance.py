@@ -7,13 +7,16 @@ A case an engine cannot pass is skipped with the reason (Engine.cannot), never p
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import INSTANCE_LABEL, MANAGED_LABEL, RawServer, server_args, server_env, start_server, wait_until
-from engines.conftest import Engine
+from engines.conftest import Engine, no_tar_image
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,9 +29,15 @@ def serve(engine: Engine, *args: str, tag: str = "engine"):
 
 
 @pytest.fixture(scope="session")
-async def srv(engine: Engine):
+def host_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The host directory the shared servers may upload from and download to."""
+    return tmp_path_factory.mktemp("host-files")
+
+
+@pytest.fixture(scope="session")
+async def srv(engine: Engine, host_dir: Path):
     """One server per engine for the cases that need nothing special."""
-    async with serve(engine, tag="shared") as s:
+    async with serve(engine, "--allow-host-dir", str(host_dir), tag="shared") as s:
         yield s
 
 
@@ -43,6 +52,14 @@ async def over_the_limit(engine: Engine, srv, arguments: dict) -> None:
     sc = r.structured_content
     assert sc["timed_out"] is True or sc["exit_code"] != 0, run_text(sc)
     assert "allocated" not in sc["stdout"], run_text(sc)
+
+
+def shared_agent_volume(engine: Engine, cid: str) -> str:
+    """The name of the server's agent volume, checked to be the container's one read-only agent mount."""
+    mounts = json.loads(engine.cli("inspect", "--format", "{{json .Mounts}}", cid).stdout)
+    agent = [m for m in mounts if m["Destination"] == "/opt/cubicle"]
+    assert len(agent) == 1 and agent[0]["Type"] == "volume" and agent[0]["RW"] is False, mounts
+    return agent[0]["Name"]
 
 
 def run_text(sc: dict) -> str:
@@ -63,6 +80,7 @@ async def test_lifecycle(engine: Engine):
         cid = box["container_id"]
         labels = json.loads(engine.cli("inspect", "--format", "{{json .Config.Labels}}", cid).stdout)
         instance = labels[INSTANCE_LABEL]
+        agent_volume = shared_agent_volume(engine, cid)
         state = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "x = 41"})
         assert state["exit_code"] == 0, run_text(state)
         sc = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "print(x + 1)"})
@@ -73,6 +91,7 @@ async def test_lifecycle(engine: Engine):
     # The server's exit removes its warm pool and everything else it made.
     assert await asyncio.to_thread(wait_until, lambda: not engine.container_ids(f"{INSTANCE_LABEL}={instance}"), 20), \
         f"containers of instance {instance} left after the server stopped"
+    assert engine.cli("volume", "inspect", agent_volume, check=False).returncode != 0, f"agent volume {agent_volume} left"
 
 
 # --------------------------------------------------------------------------
@@ -196,6 +215,70 @@ async def test_files(engine: Engine, srv):
         await srv.call("stop_sandbox", {"sandbox_id": sid}, timeout=30)
 
 
+def host_tree(root: Path) -> dict[str, str]:
+    """Every file below root, by relative path: its mode and the hash of its content."""
+    return {str(p.relative_to(root)): f"{p.stat().st_mode & 0o777:o} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_upload_download_round_trip(engine: Engine, srv, host_dir: Path):
+    """A file and a directory tree go into the sandbox and back out unchanged, through the
+    agent on every engine (gVisor through Podman cannot use the Engine's archive API)."""
+    tree = host_dir / f"{engine.name}-tree"
+    for i in range(30):
+        f = tree / f"d{i % 3}" / f"sub{i % 2}" / f"f{i}.txt"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(os.urandom(i * 97) + f"file {i} ü\n".encode())
+    (tree / "empty").mkdir()
+    (tree / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tree / "run.sh").chmod(0o755)
+    single = host_dir / f"{engine.name}-single.bin"
+    # More than an agent frame holds (CUBICLE_FRAME_MAX_PAYLOAD, 64 MiB): its stdin is streamed.
+    single.write_bytes(os.urandom(65 << 20))
+    box = await srv.new_sandbox()
+    sid = box["sandbox_id"]
+    try:
+        sc = await srv.ok("upload_file", {"sandbox_id": sid, "host_path": str(tree), "path": "in/tree"})
+        assert (sc["files"], sc["skipped"]) == (31, []), sc
+        sc = await srv.ok("upload_file", {"sandbox_id": sid, "host_path": str(single), "path": "in/single.bin"})
+        assert sc["bytes"] == 65 << 20, sc
+        # find, not stat: coreutils' stat fails under gVisor (statx).
+        r = await srv.sh(sid, "find in/tree/run.sh in/tree/empty -printf '%U %m\\n'; ./in/tree/run.sh; sha256sum < in/single.bin")
+        assert r["exit_code"] == 0, r
+        assert r["stdout"].split("\n")[:3] == ["1000 755", "1000 755", "ran"], r
+        assert r["stdout"].split("\n")[3].split()[0] == hashlib.sha256(single.read_bytes()).hexdigest(), r
+        back = host_dir / f"{engine.name}-back"
+        back.mkdir()
+        await srv.ok("download_file", {"sandbox_id": sid, "path": "in/tree", "host_path": str(back / "tree")})
+        await srv.ok("download_file", {"sandbox_id": sid, "path": "in/single.bin", "host_path": str(back / "single.bin")})
+        assert host_tree(back / "tree") == host_tree(tree)
+        assert (back / "tree" / "empty").is_dir()
+        assert (back / "single.bin").read_bytes() == single.read_bytes()
+    finally:
+        await srv.call("stop_sandbox", {"sandbox_id": sid}, timeout=30)
+
+
+async def test_upload_into_an_image_without_tar(engine: Engine, srv, host_dir: Path):
+    """Without tar in the image an upload falls back on the Engine's archive API; where that
+    cannot reach a running container (gVisor through Podman) it is refused with the reason."""
+    image = await asyncio.to_thread(no_tar_image, engine)
+    f = host_dir / f"{engine.name}-notar.txt"
+    f.write_text("no tar here\n")
+    box = await srv.new_sandbox(image=image)
+    sid = box["sandbox_id"]
+    try:
+        arguments = {"sandbox_id": sid, "host_path": str(f), "path": "sub/notar.txt"}
+        if engine.name == "gvisor":
+            kind, text = await srv.tool_error("upload_file", arguments)
+            assert kind == "isError" and "needs tar" in text and "runsc" in text, text
+            return
+        await srv.ok("upload_file", arguments)
+        r = await srv.sh(sid, "cat sub/notar.txt; command -v tar || echo no tar")
+        assert r["stdout"] == "no tar here\nno tar\n", r
+    finally:
+        await srv.call("stop_sandbox", {"sandbox_id": sid}, timeout=30)
+
+
 async def test_workspaces(engine: Engine, srv):
     engine.skip_unless("workspaces")
     a = await srv.new_sandbox(workspace=True)
@@ -221,6 +304,7 @@ async def test_orphans_of_a_dead_server_are_removed(engine: Engine):
         await asyncio.to_thread(dead.initialize)
         box = await asyncio.to_thread(dead.ok, "initialize_sandbox", {})
         cid = box["container_id"]
+        agent_volume = shared_agent_volume(engine, cid)
         dead.proc.kill()  # no cleanup of its own
         await asyncio.to_thread(dead.proc.wait, 10)
         assert engine.cli("inspect", cid, check=False).returncode == 0, "the container vanished with its server"
@@ -230,6 +314,8 @@ async def test_orphans_of_a_dead_server_are_removed(engine: Engine):
     async with serve(engine, "--pool-size", "0", tag="sweeper"):
         assert await asyncio.to_thread(wait_until, lambda: engine.cli("inspect", cid, check=False).returncode != 0, 30), \
             f"the dead server's container {cid[:12]} was not removed"
+        assert await asyncio.to_thread(wait_until, lambda: engine.cli("volume", "inspect", agent_volume, check=False).returncode != 0, 30), \
+            f"the dead server's agent volume {agent_volume} was not removed"
 
 
 async def test_fork_bomb_contained(engine: Engine, srv):

@@ -11,6 +11,10 @@ daemon and, on demand, misbehaves the way a sick daemon or a bad link does:
 * ``drop``      close hijacked streams (attach, exec) at their next byte in either direction
 * ``refuse``    nothing listens on the socket: connections are refused
 
+``close_idle()`` closes every request/answer connection at once, as a daemon
+does with keep-alive connections it deems idle (call it while nothing is in
+flight); hijacked streams stay.
+
 Plain request/answer connections and hijacked streams (after ``101 UPGRADED``)
 are told apart, so ``stall``/``truncate``/``corrupt``/``delay`` hit Engine
 requests while running sandboxes keep their streams; ``drop`` hits only streams.
@@ -51,6 +55,7 @@ class FaultProxy:
         self._refuser: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._plain: dict[asyncio.StreamWriter, dict] = {}  # client side of each connection -> its state
 
     @property
     def url(self) -> str:
@@ -71,6 +76,13 @@ class FaultProxy:
         elif self.mode == "refuse":
             self._call(self._listen())
         self.mode = mode
+
+    def close_idle(self) -> int:
+        """Closes the request/answer connections; returns how many there were."""
+        plain = [w for w, state in list(self._plain.items()) if not state["hijacked"]]
+        for w in plain:
+            self._loop.call_soon_threadsafe(w.close)
+        return len(plain)
 
     def stop(self) -> None:
         self._call(self._close())
@@ -134,6 +146,7 @@ class FaultProxy:
             upstream_r, upstream_w = await asyncio.open_unix_connection(self.upstream)
             self._writers.add(upstream_w)
             state = {"hijacked": False}
+            self._plain[client_w] = state
             await asyncio.gather(
                 self._requests(client_r, upstream_w, client_w, state),
                 self._answers(upstream_r, client_w, upstream_w, state),
@@ -145,6 +158,7 @@ class FaultProxy:
                 if w:
                     w.close()
                     self._writers.discard(w)
+            self._plain.pop(client_w, None)
             self._tasks.discard(task)
 
     async def _requests(self, reader, upstream_w, client_w, state) -> None:

@@ -171,3 +171,28 @@ def test_stream_dropped_mid_run(through, proxy):
     done = s.ok("execute_code", {"code": "print('fresh')"})
     assert done["stdout"] == "fresh\n"
     end_and_check(s, "sigterm")
+
+
+def test_idle_connections_the_daemon_closed_are_replaced(through, proxy):
+    """After a long pause (an image import, say) the daemon may have closed every idle
+    keep-alive connection: one failed attempt on one of them, then a fresh connection."""
+    s = through()
+    s.initialize()
+    # Sandboxes made at once leave several idle connections behind.
+    for n in range(3):
+        s.send({"jsonrpc": "2.0", "id": 100 + n, "method": "tools/call",
+                "params": {"name": "initialize_sandbox", "arguments": {}}})
+    answers: dict[int, dict] = {}
+    while len(answers) < 3:
+        message = s.recv(60)
+        if message.get("id") in (100, 101, 102):
+            answers[message["id"]] = message
+    made = [answer["result"]["structuredContent"]["sandbox_id"] for answer in answers.values()]
+    time.sleep(0.5)
+    assert proxy.close_idle() >= 2, "the scenario needs more than one idle connection"
+    time.sleep(0.2)
+    another = s.call_tool("initialize_sandbox", {})
+    assert not another.get("isError"), another
+    for sandbox_id in [*made, another["structuredContent"]["sandbox_id"]]:
+        s.ok("stop_sandbox", {"sandbox_id": sandbox_id})
+    end_and_check(s)

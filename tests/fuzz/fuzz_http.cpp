@@ -36,6 +36,7 @@
 #include "mcp/http.hpp"
 #include "mcp/session.hpp"
 #include "mcp/tool.hpp"
+#include "fuzz_tools.hpp"
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -43,29 +44,6 @@ using namespace cubicle;
 using namespace cubicle::mcp;
 
 namespace {
-
-asio::awaitable<ToolResult> echo_tool(simdjson::dom::element arguments, std::shared_ptr<RequestContext> context) {
-    context->progress(1, "echoing");  // an SSE event before the answer
-    json::Writer w;
-    w.begin_object().key("echo").raw(json::to_string(arguments)).end_object();
-    co_return ToolResult{.structured = w.take()};
-}
-
-asio::awaitable<ToolResult> fail_tool(simdjson::dom::element, std::shared_ptr<RequestContext>) {
-    throw ToolError("always fails");
-    co_return ToolResult{};
-}
-
-std::vector<Tool> tools() {
-    const char* any = R"({"type":"object","properties":{},"additionalProperties":true})";
-    return {
-        Tool{.name = "echo", .title = "Echo", .description = "Echoes its arguments", .input_schema = any,
-             .output_schema = R"({"type":"object","properties":{"echo":{"type":"object"}}})", .read_only = true,
-             .handler = echo_tool},
-        Tool{.name = "fail", .title = "Fail", .description = "A tool error", .input_schema = any, .output_schema = any,
-             .handler = fail_tool},
-    };
-}
 
 // Two principals with static tokens ("Bearer token-alice-0123456789", "Bearer token-bob-0123456789ab").
 std::unique_ptr<auth::Authenticator> make_authenticator() {
@@ -117,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     asio::io_context io;
     auto metrics = std::make_shared<Metrics>();
     auto quotas = std::make_shared<auth::Quotas>(auth::QuotaSettings{1000000, 1000});
-    auto metered = metered_tools(tools(), quotas, metrics);
+    auto metered = metered_tools(fuzz::tools(), quotas, metrics);
     auto make_session = [&io, metered] {
         auto session = std::make_unique<Session>(io.get_executor(), ServerInfo{"cubicle-fuzz", "0", "fuzzing"}, metered, [](std::string) {});
         session->set_forward_logs(false);

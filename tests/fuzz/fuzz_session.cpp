@@ -19,43 +19,13 @@
 #include "common/json.hpp"
 #include "mcp/session.hpp"
 #include "mcp/tool.hpp"
+#include "fuzz_tools.hpp"
 
 namespace asio = boost::asio;
 using namespace cubicle;
 using namespace cubicle::mcp;
 
 namespace {
-
-asio::awaitable<ToolResult> echo_tool(simdjson::dom::element arguments, std::shared_ptr<RequestContext> context) {
-    context->progress(1, "echoing");
-    json::Writer w;
-    w.begin_object().key("echo").raw(json::to_string(arguments)).end_object();
-    ToolResult result{.structured = w.take()};
-    co_return result;
-}
-
-asio::awaitable<ToolResult> fail_tool(simdjson::dom::element, std::shared_ptr<RequestContext>) {
-    throw ToolError("always fails");
-    co_return ToolResult{};
-}
-
-asio::awaitable<ToolResult> crash_tool(simdjson::dom::element, std::shared_ptr<RequestContext>) {
-    throw std::runtime_error("boom");
-    co_return ToolResult{};
-}
-
-std::vector<Tool> tools() {
-    const char* any = R"({"type":"object","properties":{},"additionalProperties":true})";
-    return {
-        Tool{.name = "echo", .title = "Echo", .description = "Echoes its arguments", .input_schema = any,
-             .output_schema = R"({"type":"object","properties":{"echo":{"type":"object"}}})", .read_only = true,
-             .handler = echo_tool},
-        Tool{.name = "fail", .title = "Fail", .description = "A tool error", .input_schema = any,
-             .output_schema = any, .handler = fail_tool},
-        Tool{.name = "crash", .title = "Crash", .description = "Throws", .input_schema = any, .output_schema = any,
-             .handler = crash_tool},
-    };
-}
 
 void check_sent(const std::string& message) {
     if (message.find('\n') != std::string::npos || message.find('\r') != std::string::npos) std::abort();
@@ -67,7 +37,7 @@ void check_sent(const std::string& message) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     asio::io_context io;
-    Session session(io.get_executor(), ServerInfo{"cubicle-fuzz", "0", "fuzzing"}, tools(), check_sent);
+    Session session(io.get_executor(), ServerInfo{"cubicle-fuzz", "0", "fuzzing"}, fuzz::tools(), check_sent);
     std::string_view input(reinterpret_cast<const char*>(data), size);
     while (!input.empty()) {
         auto eol = input.find('\n');

@@ -31,12 +31,8 @@ async def srv(sandbox_image):
 
 @pytest.fixture
 async def box(srv) -> dict[str, Any]:
-    sb = await srv.new_sandbox()
-    yield sb
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
+    async with srv.sandbox() as sb:
+        yield sb
 
 
 async def marked(srv, sandbox_id: str, marker: str) -> int:
@@ -197,11 +193,8 @@ async def xfer(sandbox_image, tmp_path):
     host_dir = tmp_path / "host"
     host_dir.mkdir()
     async with start_server("--pool-size", "0", "--allow-host-dir", str(host_dir), tag="containment-xfer") as s:
-        sb = await s.new_sandbox()
-        try:
+        async with s.sandbox() as sb:
             yield s, sb["sandbox_id"], host_dir
-        finally:
-            await s.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
 
 
 async def test_download_through_a_link_to_etc_is_refused(xfer):
@@ -259,13 +252,10 @@ async def test_client_cannot_lift_resource_ceilings(sandbox_image):
                                  ("tmp_size_mb", 65, "--max-tmp-size-mb")):
             kind, text = await s.tool_error("initialize_sandbox", {arg: value})
             assert kind == "isError" and flag in text and "ceiling" in text, (arg, text)
-        sb = await s.new_sandbox(memory_mb=256, cpus=1, pids_limit=128, tmp_size_mb=64)
-        try:
+        async with s.sandbox(memory_mb=256, cpus=1, pids_limit=128, tmp_size_mb=64) as sb:
             host = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
             assert host["Memory"] == (256 + 1024) * MiB and host["NanoCpus"] == 10**9 and host["PidsLimit"] == 128, host
             assert "size=64m" in host["Tmpfs"]["/tmp"], host
-        finally:
-            await s.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
 
 
 # --------------------------------------------------------------------------

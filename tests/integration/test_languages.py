@@ -104,9 +104,8 @@ async def srv():
 async def box(srv) -> Any:
     if not _polyglot_present():
         pytest.skip(f"{POLYGLOT} not built")
-    sb = await srv.new_sandbox(image=POLYGLOT, memory_mb=1536, cpus=2)
-    yield sb["sandbox_id"]
-    await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
+    async with srv.sandbox(image=POLYGLOT, memory_mb=1536, cpus=2) as sb:
+        yield sb["sandbox_id"]
 
 
 async def run(srv, box: str, language: str, code: str, progress=None, **extra: Any) -> dict[str, Any]:

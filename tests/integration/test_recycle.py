@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from conftest import container_exists, docker_ids, start_server, async_wait_until
 
 # Writable places are found the way the agent finds them: every rw mount that
@@ -124,6 +126,25 @@ async def test_recycled_sandboxes_serve_back_to_back_runs():
         assert len(set(hosts)) <= 4, hosts
 
 
+async def test_a_recycled_sandbox_made_stateful_gets_its_interpreter_back():
+    # The reset ends the interpreter, and a recycled sandbox comes back without
+    # one (throwaway runs are forked by the zygote); a stateful sandbox made of
+    # it starts one.
+    async with start_server("--pool-size", "1", "--pool-max", "4") as srv:
+        await asyncio.sleep(1)
+        throwaway_hosts: set[str] = set()
+        for _ in range(8):
+            throwaway_hosts.add(await _host(srv))
+            async with srv.sandbox() as sb:
+                if await _host(srv, sandbox_id=sb["sandbox_id"]) not in throwaway_hosts:
+                    continue  # a fresh one from the pool
+                await srv.ok("execute_code", {"sandbox_id": sb["sandbox_id"], "code": "x = 41"})
+                sc = await srv.ok("execute_code", {"sandbox_id": sb["sandbox_id"], "code": "print(x + 1)"})
+                assert sc["stdout"] == "42\n", sc
+                return
+        pytest.fail(f"no stateful sandbox was a recycled container (throwaway hosts {throwaway_hosts})")
+
+
 async def test_a_run_that_timed_out_is_not_recycled():
     async with start_server("--pool-size", "1", "--pool-max", "4") as srv:
         sc = await srv.ok("execute_code", {"code": "import socket, time; print(socket.gethostname(), flush=True); time.sleep(30)",
@@ -134,28 +155,28 @@ async def test_a_run_that_timed_out_is_not_recycled():
         assert await async_wait_until(lambda: not [c for c in docker_ids(["io.cubicle.managed=true"]) if c.startswith(host)], 60)
 
 
-async def test_a_child_killed_by_the_memory_limit_is_not_recycled():
-    # The run itself ends normally: only the agent's look at the cgroup (an OOM kill) tells.
-    code = ("import socket, subprocess; print(socket.gethostname(), flush=True); "
-            "print(subprocess.run(['python3', '-c', 'x = []\\nwhile True: x.append(bytearray(64 << 20))']).returncode)")
-    async with start_server("--pool-size", "1", "--pool-max", "4", "--memory-mb", "128") as srv:
+# The runs themselves end normally: only the agent's look at the cgroup (an OOM
+# kill, a refused fork) tells that a limit was hit.
+LIMIT_HITS = {
+    "memory": (("--memory-mb", "128"), "-9",
+               "import socket, subprocess; print(socket.gethostname(), flush=True); "
+               "print(subprocess.run(['python3', '-c', 'x = []\\nwhile True: x.append(bytearray(64 << 20))']).returncode)"),
+    "processes": (("--pids-limit", "40"), "limited",
+                  "import socket, subprocess\nprint(socket.gethostname(), flush=True)\nkids = []\n"
+                  "try:\n    for _ in range(100): kids.append(subprocess.Popen(['sleep', '60']))\nexcept OSError:\n    print('limited')\n"),
+}
+
+
+@pytest.mark.parametrize("limit", LIMIT_HITS)
+async def test_a_run_that_hit_a_limit_is_not_recycled(limit):
+    flags, expected, code = LIMIT_HITS[limit]
+    async with start_server("--pool-size", "1", "--pool-max", "4", *flags) as srv:
         sc = await srv.ok("execute_code", {"code": code})
-        host, rc = sc["stdout"].split()
-        assert rc == "-9", sc
+        host, note = sc["stdout"].split()
+        assert note == expected, sc
         await asyncio.sleep(1)
         assert host not in [await _host(srv) for _ in range(3)]
         assert "rather than recycled" in srv.stderr_tail()
-
-
-async def test_a_run_that_hit_the_process_limit_is_not_recycled():
-    code = ("import socket, subprocess\nprint(socket.gethostname(), flush=True)\nkids = []\n"
-            "try:\n    for _ in range(100): kids.append(subprocess.Popen(['sleep', '60']))\nexcept OSError:\n    print('limited')\n")
-    async with start_server("--pool-size", "1", "--pool-max", "4", "--pids-limit", "40") as srv:
-        sc = await srv.ok("execute_code", {"code": code})
-        host, note = sc["stdout"].split()
-        assert note == "limited", sc
-        await asyncio.sleep(1)
-        assert host not in [await _host(srv) for _ in range(3)]
 
 
 async def test_stateful_sandboxes_are_never_recycled():

@@ -24,12 +24,8 @@ async def srv(sandbox_image):
 
 @pytest.fixture(scope="module")
 async def sandbox(srv) -> dict[str, Any]:
-    sb = await srv.new_sandbox(env=SANDBOX_ENV)
-    yield sb
-    try:
-        await srv.call("stop_sandbox", {"sandbox_id": sb["sandbox_id"]}, timeout=30)
-    except Exception:
-        pass
+    async with srv.sandbox(env=SANDBOX_ENV) as sb:
+        yield sb
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,22 @@ TEST(Engine, TellsDockerFromPodman) {
     EXPECT_TRUE(unknown.offers(""));
 }
 
+TEST(Engine, WhatARuntimeIsTrustedWith) {
+    auto docker_engine = docker::parse_engine(recorded("docker_version.json"), recorded("info_no_gpu.json"));
+    EXPECT_TRUE(docker_engine.forks_and_recycles(""));
+    EXPECT_TRUE(docker_engine.archive_on_running(""));
+    EXPECT_FALSE(docker_engine.forks_and_recycles("runsc"));
+    EXPECT_TRUE(docker_engine.archive_on_running("runsc"));  // only Podman's is known to fail
+
+    auto gvisor = docker::parse_engine(recorded("podman_runsc_version.json"), recorded("podman_info.json"));
+    EXPECT_EQ(gvisor.runtime_or_default(""), "runsc");
+    EXPECT_FALSE(gvisor.forks_and_recycles(""));
+    EXPECT_FALSE(gvisor.archive_on_running(""));
+    auto podman = docker::parse_engine(recorded("podman_version.json"), recorded("podman_info.json"));
+    EXPECT_TRUE(podman.forks_and_recycles(""));
+    EXPECT_TRUE(podman.archive_on_running(""));
+}
+
 TEST(Engine, KillOfAStoppedContainer) {
     docker::Engine docker_engine;
     EXPECT_TRUE(docker_engine.kill_found_not_running(409, "Container abc is not running"));

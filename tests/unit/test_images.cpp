@@ -56,11 +56,3 @@ TEST(Profiles, RecipeDigestFollowsTheProfileAndTheSuite) {
     EXPECT_NE(recipe_digest(a, "bookworm"), recipe_digest(b, "bookworm"));
     EXPECT_NE(recipe_digest(a, "bookworm"), recipe_digest(a, "trixie"));
 }
-
-TEST(Profiles, MissingLanguageNamesTheImageAndWhatItRuns) {
-    EXPECT_EQ(missing_language("cubicle/sandbox:latest", "python"), "");
-    EXPECT_EQ(missing_language("python:3", "javascript"), "");  // not ours: unknown
-    EXPECT_EQ(missing_language("cubicle/server:latest", "python"),
-              "the image cubicle/server:latest has no python; it runs bash. Use one of those, or a sandbox of another image "
-              "(initialize_sandbox image)");
-}

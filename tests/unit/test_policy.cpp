@@ -239,6 +239,61 @@ TEST_F(PolicyTest, OnlyAnonymousVolumes) {
     EXPECT_EQ(text_.find("docker.sock"), std::string::npos);
 }
 
+// The agent comes from the server's one volume, read-only and never filled from the image.
+void expect_shared_agent_mount(simdjson::dom::element mounts_field, const std::string& volume) {
+    simdjson::dom::array mounts;
+    ASSERT_EQ(mounts_field.get(mounts), simdjson::SUCCESS);
+    int agent_mounts = 0;
+    for (auto m : mounts) {
+        if (str(m["Target"]) != agent_dir) {
+            EXPECT_TRUE(m["Source"].error() == simdjson::NO_SUCH_FIELD) << json::to_string(m);  // the workspace stays its own
+            continue;
+        }
+        ++agent_mounts;
+        EXPECT_EQ(str(m["Type"]), "volume");
+        EXPECT_EQ(str(m["Source"]), volume);
+        EXPECT_TRUE(boolean(m["ReadOnly"]));
+        EXPECT_TRUE(boolean(m["VolumeOptions"]["NoCopy"]));
+    }
+    EXPECT_EQ(agent_mounts, 1);
+}
+
+TEST_F(PolicyTest, SharedAgentVolumeIsMountedReadOnly) {
+    auto text = container_config(spec(), "inst", "sb-1", true, {}, "cubicle-agent-inst");
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(text));
+    expect_shared_agent_mount(doc.root()["HostConfig"]["Mounts"].value(), "cubicle-agent-inst");
+    json::Document proxy;
+    ASSERT_FALSE(proxy.parse(proxy_config("img", "inst", "net", {}, {}, "cubicle-agent-inst")));
+    expect_shared_agent_mount(proxy.root()["HostConfig"]["Mounts"].value(), "cubicle-agent-inst");
+}
+
+TEST_F(PolicyTest, ExecFallbackHasNoAgentMount) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(container_config(spec(), "inst", "sb-1", false, {}, "cubicle-agent-inst")));
+    simdjson::dom::array mounts;
+    ASSERT_EQ(doc.root()["HostConfig"]["Mounts"].get(mounts), simdjson::SUCCESS);
+    for (auto m : mounts) EXPECT_NE(str(m["Target"]), agent_dir);
+}
+
+TEST(AgentVolumePolicy, TheVolumeAndItsFillerAreLabelledAsThisInstances) {
+    json::Document volume;
+    ASSERT_FALSE(volume.parse(agent_volume_config("cubicle-agent-x", "x")));
+    EXPECT_EQ(str(volume.root()["Name"]), "cubicle-agent-x");
+    auto labels = volume.root()["Labels"];
+    EXPECT_EQ(str(labels["io.cubicle.managed"]), "true");
+    EXPECT_EQ(str(labels["io.cubicle.instance"]), "x");
+    EXPECT_EQ(str(labels["io.cubicle.role"]), "agent");
+    EXPECT_FALSE(str(labels["io.cubicle.owner"]).empty());  // the sweep's liveness rule needs it
+    json::Document filler;
+    ASSERT_FALSE(filler.parse(agent_volume_filler_config("img", "x", "cubicle-agent-x")));
+    EXPECT_EQ(str(filler.root()["Labels"]["io.cubicle.instance"]), "x");  // a dead server's filler is swept like its sandboxes
+    auto mount = filler.root()["HostConfig"]["Mounts"].at(0);
+    EXPECT_EQ(str(mount["Source"]), "cubicle-agent-x");
+    EXPECT_EQ(str(mount["Target"]), agent_dir);
+    EXPECT_TRUE(mount["ReadOnly"].error() == simdjson::NO_SUCH_FIELD);  // the one writer
+}
+
 TEST_F(PolicyTest, UnprivilegedUserAndAgentEntrypoint) {
     auto root = config_for(spec());
     EXPECT_EQ(str(root["User"]), "1000:1000");
