@@ -26,7 +26,6 @@ namespace cubicle::files {
 namespace {
 
 constexpr std::size_t block = 512;
-constexpr std::uint64_t max_octal_11 = 077777777777;  // what a 12-byte ustar field holds
 
 // ---------------------------------------------------------------- small utilities
 

@@ -143,7 +143,10 @@ bool well_formed(simdjson::ondemand::value value, int depth) {
         bool flag;
         return !value.get_bool().get(flag);
     }
-    case json_type::null: return value.is_null();
+    case json_type::null: {
+        bool null = false;  // a misspelt null ("nul", "nulx") is an error, not an exception
+        return !value.is_null().get(null) && null;
+    }
     }
     return false;
 }

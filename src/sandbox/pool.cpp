@@ -20,7 +20,6 @@ namespace {
 
 using Clock = Pool::Clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr auto demand_window = Pool::demand_window;
 // Surplus sandboxes go once demand has been lower for this long.
 constexpr auto shrink_after = std::chrono::seconds(5);
 constexpr auto reset_timeout = std::chrono::seconds(5);

@@ -581,12 +581,15 @@ TEST_F(SessionTest, NumberOutOfRangeIsAnsweredUnderItsId) {
     send(R"({"jsonrpc":"2.0","id":1e400,"method":"ping"})");
     send(R"({"jsonrpc":"2.0","id":10,"method":"ping","params":{"n":01}})");
     send(R"({"jsonrpc":"2.0","id":11,"method":"ping","params":{"n":1.}})");
+    // Nor a misspelt literal beside such a number (found by fuzz_session: it threw).
+    send(R"({"jsonrpc":"2.0","id":12,"method":"ping","params":{"n":1e400,"m":nulx}})");
+    send(R"({"jsonrpc":"2.0","id":13,"method":"ping","params":{"n":1e400,"m":[trux]}})");
     drain();
-    ASSERT_EQ(messages().size(), 6u);
+    ASSERT_EQ(messages().size(), 8u);
     expect_error(messages()[0], "7", error_code::invalid_params);
     expect_error(messages()[1], "\"big\"", error_code::invalid_params);
     expect_error(messages()[2], "9", error_code::invalid_params);
-    for (std::size_t i = 3; i < 6; ++i) expect_error(messages()[i], "null", error_code::parse_error);
+    for (std::size_t i = 3; i < 8; ++i) expect_error(messages()[i], "null", error_code::parse_error);
     EXPECT_TRUE(tool_log.last_arguments.empty());
 }
 
