@@ -300,6 +300,9 @@ def _zygote():
     for name in preload:
         try: importlib.import_module(name)
         except BaseException: pass
+    # What every run imports (_start, _run): once here, not from disk in each
+    # run, where each module costs a dozen lookups through the image's layers.
+    import atexit, io, random, shutil, site, threading, types
     # What is here now is never collected: a run's collections then leave the
     # zygote's pages alone instead of copying every one of them (gc writes to
     # each object it visits).

@@ -85,6 +85,9 @@ async def main() -> int:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
+                # As clients do on connecting; otherwise the SDK lists the tools (and
+                # compiles their output schemas) inside the first timed call.
+                await session.list_tools()
                 await asyncio.sleep(args.startup)  # once: the server's first pool, as after any start
 
                 serial = [await throwaway_print1(session) for _ in range(args.calls)]
