@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "changed.h"
+#include "remove.h"
 #include "proxy.h"
 #include "reset.h"
 #include "wire.h"
@@ -402,6 +403,18 @@ static void install_control_fd(int ctl_w, int *ep)
         child_fail(*ep, STAGE_SETUP);
 }
 
+/* The runs the agent serves itself (protocol.h): their main, or NULL. */
+typedef int (*builtin_fn)(int argc, char **argv);
+
+static builtin_fn builtin_named(const char *argv0)
+{
+    if (strcmp(argv0, CUBICLE_BUILTIN_CHANGED_FILES) == 0)
+        return changed_files_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_REMOVE) == 0)
+        return remove_main;
+    return NULL;
+}
+
 /* Runs in the forked child; never returns.  The agent is single-threaded,
  * so using non-async-signal-safe libc calls (putenv) after fork is fine.
  * ctl_w is the control pipe's write end for OPEN, -1 for RUN. */
@@ -444,12 +457,13 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
     for (size_t i = 0; i < r->envc; i++)
         if (putenv(r->env[i]) != 0)
             child_fail(ep, STAGE_SETUP);
-    if (strcmp(r->argv[0], CUBICLE_BUILTIN_CHANGED_FILES) == 0) {
+    builtin_fn builtin = builtin_named(r->argv[0]);
+    if (builtin) {
         int argc = 0;
         while (r->argv[argc])
             argc++;
         close(ep);   /* "it runs": the agent stops waiting for an exec */
-        _exit(changed_files_main(argc, r->argv));
+        _exit(builtin(argc, r->argv));
     }
     execvp(r->argv[0], r->argv);
     child_fail(ep, STAGE_EXEC);
@@ -712,7 +726,7 @@ static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
 
     e->id = id;
     e->pid = pid;
-    e->builtin = strcmp(r->argv[0], CUBICLE_BUILTIN_CHANGED_FILES) == 0;
+    e->builtin = builtin_named(r->argv[0]) != NULL;
     e->out[0] = out[0];
     e->out[1] = err[0];
     e->ctl_fd = ctl[0];

@@ -26,9 +26,11 @@
 #define CUBICLE_AGENT_PROTOCOL_H
 
 #define CUBICLE_FRAME_HEADER_SIZE 9
-/* A RUN (or FORK) whose argv[0] is this runs the agent's own changed-files
- * listing (changed.h) in the forked child instead of exec'ing a program. */
+/* A RUN (or FORK) whose argv[0] is one of these runs the agent's own code in
+ * the forked child instead of exec'ing a program: the changed-files listing
+ * (changed.h) or a recursive removal (remove.h). */
 #define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
+#define CUBICLE_BUILTIN_REMOVE "cubicle-agent:remove"
 /* the largest payload either side accepts */
 #define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
 

@@ -18,8 +18,9 @@ enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
 
 constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
 constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
-// argv[0] of a run the agent serves itself (agent/changed.h).
+// argv[0] of the runs the agent serves itself (agent/changed.h, agent/remove.h).
 constexpr std::string_view builtin_changed_files = CUBICLE_BUILTIN_CHANGED_FILES;
+constexpr std::string_view builtin_remove = CUBICLE_BUILTIN_REMOVE;
 
 struct Frame {
     FrameType type;

@@ -16,6 +16,7 @@
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "docker/client.hpp"
+#include "sandbox/agent_protocol.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
 #include "tools/budget.hpp"
@@ -111,8 +112,8 @@ asio::awaitable<void> keep_saved_output_bounded(Env env, std::shared_ptr<Sandbox
     std::uint64_t quota_mb = box->spec().disk_mb > 0 ? static_cast<std::uint64_t>(box->spec().disk_mb) : 4096;
     auto expired = env.runs->note_saved(box->id(), std::move(run_id), bytes, (quota_mb << 20) / 4);
     if (expired.empty() || !box->alive()) co_return;
-    auto request = sandbox::shell_command(R"(rm -rf -- "$@")");
-    request.argv.push_back("sh");
+    sandbox::agent::RunRequest request;
+    request.argv = {std::string(sandbox::agent::builtin_remove)};
     for (const auto& id : expired) request.argv.push_back(box->workspace() + "/" + run_dir(id));
     request.timeout_ms = 60'000;
     request.max_output_bytes = 4096;

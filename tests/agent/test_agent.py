@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_wire import (BUILTIN_CHANGED_FILES, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
+from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -788,6 +788,28 @@ def test_open_errors(agent):
     assert b"already in use" in msg
     agent.send(KILL, 10)
     assert agent.collect(10).exit.signal == 9
+
+
+# ---------------------------------------------------------------------------
+# the built-in removal (src/agent/remove.h)
+
+
+def test_remove_takes_whole_trees_but_never_what_a_symlink_points_to(agent, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "file").write_text("keep")
+    runs = tmp_path / "runs"
+    for run in ("a", "b", "c"):
+        (runs / run / "deep" / "er").mkdir(parents=True)
+        (runs / run / "stdout").write_text(run)
+        (runs / run / "deep" / "er" / "x").write_text(run)
+    (runs / "a" / "link-dir").symlink_to(outside / "keep")
+    (runs / "b" / "link-file").symlink_to(outside / "keep" / "file")
+    agent.run(1, [BUILTIN_REMOVE, str(runs / "a"), str(runs / "b"), str(runs / "missing")])
+    r = agent.collect(1)
+    assert r.error is None and r.exit.code == 0 and r.stderr == b"", (r.error, r.stderr)
+    assert sorted(p.name for p in runs.iterdir()) == ["c"]
+    assert (outside / "keep" / "file").read_text() == "keep" and (runs / "c" / "deep" / "er" / "x").exists()
 
 
 # ---------------------------------------------------------------------------
