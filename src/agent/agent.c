@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "changed.h"
+#include "paths.h"
 #include "remove.h"
 #include "proxy.h"
 #include "reset.h"
@@ -149,7 +150,7 @@ static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
     int fd;
 
     snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    if ((fd = open_at(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
         return -1;
     n = read(fd, buf, size - 1);
     close(fd);
@@ -205,7 +206,7 @@ static int spared(pid_t sid)
  * or -1 when /proc cannot be read. */
 static int sweep_pass(pid_t only)
 {
-    DIR *d = opendir("/proc");
+    DIR *d = opendir_at("/proc");
     struct dirent *de;
     pid_t self = getpid();
     uid_t me = getuid();
@@ -445,12 +446,12 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
         install_control_fd(ctl_w, &ep);
     /* When the sandbox runs out of memory the kernel must pick the program,
      * never the agent; raising one's own score needs no privilege. */
-    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    int oom = open_at("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
     if (oom >= 0) {
         if (write(oom, "1000", 4) < 0) { /* best effort: /proc may be absent */ }
         close(oom);
     }
-    if (r->cwd[0] && chdir(r->cwd) < 0)
+    if (r->cwd[0] && chdir_at(r->cwd) < 0)
         child_fail(ep, STAGE_CHDIR);
     /* Overrides go into our own environment so that a PATH override also
      * governs the executable lookup, like `env PATH=... prog`. */
@@ -483,17 +484,19 @@ static void save_close(struct exec *e)
 static int make_dirs(const char *dir)
 {
     char path[PATH_MAX];
-    size_t len = strlen(dir);
+    const char *rest;
+    int at = path_at(dir, &rest);
+    size_t len = strlen(rest);
 
     if (len == 0 || len >= sizeof path)
         return -1;
-    memcpy(path, dir, len + 1);
+    memcpy(path, rest, len + 1);
     for (char *p = path + 1; ; p++) {
         if (*p != '/' && *p != '\0')
             continue;
         char c = *p;
         *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        if (mkdirat(at, path, 0755) < 0 && errno != EEXIST)
             return -1;
         *p = c;
         if (c == '\0')
@@ -507,7 +510,7 @@ static int open_saved(const char *dir, const char *name)
     int n = snprintf(path, sizeof path, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= sizeof path)
         return -1;
-    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    return open_at(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 }
 
 /* Start (or, for a session's next cell, restart) saving e's output in dir.
@@ -1217,6 +1220,7 @@ int main(int argc, char **argv)
         return 2;
     }
     setup();
+    paths_init();
     if (sweep_enabled)
         reset_snapshot();
     static const char hello[] = "cubicle-agent 1";

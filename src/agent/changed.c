@@ -1,12 +1,15 @@
 /* The changed-files listing: see changed.h. */
 #include "changed.h"
+#include "paths.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static struct timespec since;
 static size_t root_len, left;
@@ -53,6 +56,12 @@ int changed_files_main(int argc, char **argv)
         return 2;
     since.tv_sec = (time_t)when;
     since.tv_nsec = (long)((when - (double)since.tv_sec) * 1e9);
+    /* From the root's mount point, not through the image's layers (paths.h):
+     * the walk's paths are then relative, "./name" for the root's own. */
+    const char *rest;
+    int at = path_at(root, &rest);
+    if (at != AT_FDCWD && fchdir(at) == 0)
+        root = rest;
     root_len = strlen(root);
     /* -xdev, no links followed; what cannot be read is passed over, like
      * find with its errors sent to /dev/null */

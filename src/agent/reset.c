@@ -11,6 +11,7 @@
  * restored makes verification fail, and the server then removes the
  * container: failing is always safe, only slower. */
 #include "reset.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -94,45 +95,21 @@ static int pseudo_fs(const char *type, const char *point)
     return strncmp(point, "/proc", 5) == 0 || strncmp(point, "/sys", 4) == 0;
 }
 
-/* mountinfo escapes space, tab, newline and backslash as \ooo. */
-static void unescape(char *s)
+struct writable { void (*fn)(const char *point, void *arg); void *arg; };
+
+static void if_writable(const char *point, const char *options, const char *type, void *arg)
 {
-    char *out = s;
-    for (; *s; s++) {
-        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-            *out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-            s += 3;
-        } else {
-            *out++ = *s;
-        }
-    }
-    *out = 0;
+    struct writable *w = arg;
+    if (strncmp(options, "rw", 2) == 0 && (options[2] == '\0' || options[2] == ',') && !pseudo_fs(type, point))
+        w->fn(point, w->arg);
 }
 
 /* Calls fn for the mount point of every writable, non-pseudo mount.
  * Returns -1 when mountinfo cannot be read. */
 static int each_writable_mount(void (*fn)(const char *point, void *arg), void *arg)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    char line[4096];
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f)) {
-        /* "id parent maj:min root point options [optional...] - type source superoptions" */
-        char point[PATH_MAX], options[256], type[64];
-        char *dash = strstr(line, " - ");
-        if (!dash || sscanf(line, "%*s %*s %*s %*s %4095s %255s", point, options) != 2 ||
-            sscanf(dash + 3, "%63s", type) != 1)
-            continue;
-        unescape(point);
-        if (strncmp(options, "rw", 2) != 0 || (options[2] && options[2] != ','))
-            continue;
-        if (!pseudo_fs(type, point))
-            fn(point, arg);
-    }
-    fclose(f);
-    return 0;
+    struct writable w = { fn, arg };
+    return mounts_each(if_writable, &w);
 }
 
 /* ---- walking a mount ---------------------------------------------------- */
@@ -285,13 +262,15 @@ static void walk_mount(const char *point, void *arg)
         if (!known)
             note(w->report, "a new writable mount: %s", point);
     }
-    if (lstat(point, &st) < 0)
+    const char *rest;
+    int at = path_at(point, &rest);
+    if (fstatat(at, rest, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return;
     snprintf(path, sizeof path, "%s", point);
     visit(w, path, &st);
     if (!S_ISDIR(st.st_mode))
         return;   /* a file mounted on its own (/etc/hosts): nothing inside */
-    int fd = open(point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = openat(at, rest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return;
     walk_dir(w, fd, path, strlen(path), st.st_dev, 0);
@@ -305,7 +284,7 @@ static void each_ipc(const char *name, void (*fn)(const char *name, int id, void
 {
     char path[64], line[512];
     snprintf(path, sizeof path, "/proc/sysvipc/%s", name);
-    FILE *f = fopen(path, "re");
+    FILE *f = fopen_at(path);
     if (!f)
         return;
     if (fgets(line, sizeof line, f)) {   /* the header */
@@ -338,7 +317,7 @@ static void report_ipc(const char *name, int id, void *arg)
 /* Every process but init, us and `keep`; zombies not yet reaped count. */
 static int other_processes(struct report *r, pid_t keep)
 {
-    DIR *d = opendir("/proc");
+    DIR *d = opendir_at("/proc");
     struct dirent *de;
     long self = (long)getpid();
     int found = 0;
@@ -366,7 +345,7 @@ static int other_processes(struct report *r, pid_t keep)
 /* The value of `key` in a "key value" file; 0 when absent, -1 if unreadable. */
 static int read_key(const char *path, const char *key, uint64_t *value)
 {
-    FILE *f = fopen(path, "re");
+    FILE *f = fopen_at(path);
     char name[64];
     unsigned long long v;
 
@@ -467,7 +446,7 @@ static uint64_t process_memory(pid_t pid)
     FILE *f;
 
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    if (!(f = fopen(path, "re")))
+    if (!(f = fopen_at(path)))
         return 0;
     while (fgets(line, sizeof line, f))
         if (sscanf(line, "RssAnon: %llu", &kib) == 1 || sscanf(line, "RssShmem: %llu", &kib) == 1)

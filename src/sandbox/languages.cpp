@@ -303,6 +303,7 @@ def _zygote():
     # What every run imports (_start, _run): once here, not from disk in each
     # run, where each module costs a dozen lookups through the image's layers.
     import atexit, io, random, shutil, site, threading, types
+    executable = os.path.realpath(sys.executable)  # on the read-only image: fixed
     # What is here now is never collected: a run's collections then leave the
     # zygote's pages alone instead of copying every one of them (gc writes to
     # each object it visits).
@@ -333,11 +334,11 @@ def _zygote():
         if pid == 0:
             try: child = os.fork()
             except BaseException: os._exit(1)
-            if child == 0: return libc, base, preload, sock, fds, body
+            if child == 0: return libc, base, preload, sock, fds, body, executable
             os._exit(0)  # the run is orphaned to the agent, which waits for it
         for fd in fds: os.close(fd)
         os.waitpid(pid, 0)
-libc, base, preload, sock, fds, body = _zygote()
+libc, base, preload, sock, fds, body, executable = _zygote()
 del _zygote
 def _start():
     import io, random, site, types
@@ -368,7 +369,7 @@ def _start():
             refuse(-1)
     import shutil
     found = shutil.which(argv[0]) if argv else None
-    if not found or os.path.realpath(found) != os.path.realpath(sys.executable): refuse(-1)
+    if not found or os.path.realpath(found) != executable: refuse(-1)
     args, unbuffered = argv[1:], False
     while args[:1] == ['-u']: unbuffered = True; args = args[1:]
     if args[:1] == ['-']: code, args = None, args
@@ -407,7 +408,7 @@ def _start():
     source = sys.stdin.buffer.read() if code is None else code
     return main, source, '<stdin>' if code is None else '<string>'
 _main, _source, _name = _start()
-del _start, libc, base, preload, sock, fds, body
+del _start, libc, base, preload, sock, fds, body, executable
 def _run():
     # What the interpreter would do with the program, but for the end: a full
     # finalization of the preloaded modules takes far longer than the fork, so

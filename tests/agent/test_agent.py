@@ -535,6 +535,8 @@ def test_escaped_process_does_not_hold_exit(agent):
 
 
 def test_agent_survives_many_runs(agent):
+    # stdio, signalfd, epoll-like helpers and a descriptor per mount point (paths.h)
+    baseline = len(os.listdir(f"/proc/{agent.proc.pid}/fd"))
     for fid in range(100, 160):
         agent.run(fid, ["sh", "-c", f"echo {fid}"])
     for fid in range(100, 160):
@@ -542,7 +544,7 @@ def test_agent_survives_many_runs(agent):
         assert r.stdout == f"{fid}\n".encode() and r.exit.code == 0
     # fds were not leaked: the agent's own fd count is back to baseline
     fds = os.listdir(f"/proc/{agent.proc.pid}/fd")
-    assert len(fds) <= 5, fds
+    assert len(fds) <= baseline, fds
 
 
 def test_gigabyte_output_with_cap(agent):
