@@ -41,16 +41,24 @@ constexpr std::string_view inside_workspace_check = R"SH(
 )SH";
 
 // Runs a short shell script in the workspace as the sandbox user.
-asio::awaitable<sandbox::ExecResult> run_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
-                                            std::string stdin_data, std::uint64_t max_output) {
-    auto request = sandbox::shell_command(std::move(script));
-    request.argv.push_back("sh");  // $0
-    for (auto& arg : args) request.argv.push_back(std::move(arg));
+// A helper run of the file tools: the scripts' timeout, output collected, not streamed.
+asio::awaitable<sandbox::ExecResult> run_helper(std::shared_ptr<Sandbox> box, std::vector<std::string> argv, std::string stdin_data,
+                                                std::uint64_t max_output) {
+    sandbox::agent::RunRequest request;
+    request.argv = std::move(argv);
     request.stdin_data = std::move(stdin_data);
     request.timeout_ms = script_timeout_ms;
     request.max_output_bytes = max_output;
     sandbox::OutputSink no_sink;
     co_return co_await box->run(std::move(request), std::move(no_sink), nullptr);
+}
+
+asio::awaitable<sandbox::ExecResult> run_sh(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                            std::string stdin_data, std::uint64_t max_output) {
+    auto argv = sandbox::shell_command(std::move(script)).argv;
+    argv.push_back("sh");  // $0
+    for (auto& arg : args) argv.push_back(std::move(arg));
+    co_return co_await run_helper(std::move(box), std::move(argv), std::move(stdin_data), max_output);
 }
 
 bool failed(const sandbox::ExecResult& result) { return result.status.exit_code != 0 || result.status.signal != 0; }
@@ -452,13 +460,8 @@ asio::awaitable<void> add_changed_file_links(mcp::ToolResult& result, std::share
     sandbox::ExecResult listing;
     try {
         if (box->uses_agent()) {
-            sandbox::agent::RunRequest request;
-            request.argv = {std::string(sandbox::agent::builtin_changed_files)};
-            request.argv.insert(request.argv.end(), list_args.begin(), list_args.end());
-            request.timeout_ms = script_timeout_ms;
-            request.max_output_bytes = 64 * 1024;
-            sandbox::OutputSink no_sink;
-            listing = co_await box->run(std::move(request), std::move(no_sink), nullptr);
+            list_args.insert(list_args.begin(), std::string(sandbox::agent::builtin_changed_files));
+            listing = co_await run_helper(box, std::move(list_args), std::string(), 64 * 1024);
         } else {
             std::string script = R"SH(
         find "$1" -xdev \( -path "$1/.cubicle" -o -name node_modules -o -name .git -o -name __pycache__ -o -name .venv \) -prune \
