@@ -183,6 +183,14 @@ const std::vector<Option>& options() {
              if (v != "agent" && v != "exec") throw std::invalid_argument(fmt::format("--executor must be agent or exec, not '{}'", v));
              c.executor = v;
          }},
+        {"--agent-channel", "CUBICLE_AGENT_CHANNEL", "KIND",
+         "socket (default: the agent speaks over a unix socket mounted into its container, where the engine is local "
+         "and can mount it) or attach (over Docker's attach stream, relayed by the engine)",
+         [](Config& c, std::string_view v) {
+             if (v != "socket" && v != "attach")
+                 throw std::invalid_argument(fmt::format("--agent-channel must be socket or attach, not '{}'", v));
+             c.agent_channel = v;
+         }},
         {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
         {"--pool-max", "CUBICLE_POOL_MAX", "N", "most warm sandboxes kept under sustained demand (at least --pool-size)",

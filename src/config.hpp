@@ -46,6 +46,7 @@ struct Config {
     int max_transfer_entries = 10000;          // files and directories per transfer
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
+    std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)
     int pool_max = 16;          // the most the pool grows to under demand
     bool no_recycle = false;    // remove throwaway sandboxes instead of resetting them for reuse

@@ -407,11 +407,11 @@ def start_server(*args: str, env: dict[str, str] | None = None, default_image: b
 class RawServer:
     """Synchronous newline-delimited JSON-RPC client over the binary's stdio."""
 
-    def __init__(self, args: list[str], env: dict[str, str], tag: str = "raw") -> None:
+    def __init__(self, args: list[str], env: dict[str, str], tag: str = "raw", prefix: Iterable[str] = ()) -> None:
         self.log_path = _new_log(tag)
         self._errlog = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [str(CUBICLE_BIN), *args],
+            [*prefix, str(CUBICLE_BIN), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._errlog,
@@ -545,11 +545,13 @@ class RawServer:
 
 @pytest.fixture
 def raw_server():
-    """Factory: raw_server("--max-sandboxes", "2", env={...}) -> started RawServer (not yet initialized)."""
+    """Factory: raw_server("--max-sandboxes", "2", env={...}) -> started RawServer (not yet initialized).
+    `prefix`: a command the binary runs under (`unshare ...`)."""
     started: list[RawServer] = []
 
-    def make(*args: str, env: dict[str, str] | None = None, default_image: bool = True) -> RawServer:
-        s = RawServer(server_args(args, default_image), server_env(env))
+    def make(*args: str, env: dict[str, str] | None = None, default_image: bool = True,
+             prefix: Iterable[str] = ()) -> RawServer:
+        s = RawServer(server_args(args, default_image), server_env(env), prefix=prefix)
         started.append(s)
         return s
 

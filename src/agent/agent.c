@@ -4,7 +4,9 @@
  * Runs as the container's main process (under tini, unprivileged) and
  * executes programs on behalf of the cubicle server.  The server speaks to
  * it over the container's attach stream: request frames arrive on stdin,
- * response frames leave on stdout.  stderr carries diagnostics only.
+ * response frames leave on stdout; or, when the server mounted its socket at
+ * CUBICLE_AGENT_CHANNEL, over that socket, both ways, from the HELLO on.
+ * stderr carries diagnostics only.
  *
  * The frames and their types are defined in protocol.h; wire.c decodes them.
  *
@@ -49,9 +51,11 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -139,6 +143,27 @@ static int64_t now_us(void)
  * session -- the flag is the only thing that protects the latter, since the
  * uid alone cannot tell a sandbox from a workstation. */
 static int sweep_enabled;
+
+/* Where frames come from and go to: the attach stream, or the server's socket. */
+static int server_in = STDIN_FILENO, server_out = STDOUT_FILENO;
+
+/* Connects to the server's socket when it mounted one (protocol.h); -1 when
+ * there is none or it does not answer (a shared-workspace agent, whose
+ * container's agent took the one connection): the attach stream serves. */
+static int connect_channel(void)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    strcpy(addr.sun_path, CUBICLE_AGENT_CHANNEL);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
+        return fd;
+    if (errno != ENOENT && errno != ECONNREFUSED)
+        fprintf(stderr, "cubicle-agent: %s: %s; using the attach stream\n", CUBICLE_AGENT_CHANNEL, strerror(errno));
+    close(fd);
+    return -1;
+}
 
 #define SWEEP_PASSES 200   /* a forking process may add children between passes */
 
@@ -308,12 +333,12 @@ static void send_frame(uint8_t type, uint32_t id, const void *data, size_t len)
 
     wire_put_header(hdr, type, id, len);
     while (cnt > 0) {
-        ssize_t n = writev(STDOUT_FILENO, v, cnt);
+        ssize_t n = writev(server_out, v, cnt);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN) {   /* someone made our stdout nonblocking */
-                struct pollfd p = { STDOUT_FILENO, POLLOUT, 0 };
+                struct pollfd p = { server_out, POLLOUT, 0 };
                 poll(&p, 1, -1);
                 continue;
             }
@@ -914,7 +939,7 @@ static void read_input(void)
         icap = want;
     }
 
-    ssize_t n = read(STDIN_FILENO, ibuf + ilen, icap - ilen);
+    ssize_t n = read(server_in, ibuf + ilen, icap - ilen);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
     if (n == 0)
@@ -1223,8 +1248,11 @@ int main(int argc, char **argv)
     paths_init();
     if (sweep_enabled)
         reset_snapshot();
-    static const char hello[] = "cubicle-agent 1";
-    send_frame(CUBICLE_FRAME_HELLO, 0, hello, sizeof hello - 1);
+    int channel = sweep_enabled ? connect_channel() : -1;
+    const char *hello = channel >= 0 ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
+    send_frame(CUBICLE_FRAME_HELLO, 0, hello, strlen(hello));
+    if (channel >= 0)
+        server_in = server_out = channel;
 
     for (;;) {
         size_t n = 0, need = 2;
@@ -1237,7 +1265,7 @@ int main(int argc, char **argv)
                 die(1, "out of memory for poll set");
             cap = need;
         }
-        pfd[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
+        pfd[n++] = (struct pollfd){ server_in, POLLIN, 0 };
         pfd[n++] = (struct pollfd){ sig_fd, POLLIN, 0 };
         for (struct exec *e = execs; e; e = e->next)
             n = add_exec_fds(e, pfd, slot, n);

@@ -26,6 +26,13 @@
 #define CUBICLE_AGENT_PROTOCOL_H
 
 #define CUBICLE_FRAME_HEADER_SIZE 9
+/* HELLO's payload.  The server may bind-mount a socket it listens on at
+ * CUBICLE_AGENT_CHANNEL; an agent that connects to it says so with the second
+ * form, and every later frame, both ways, goes over that socket instead of
+ * the attach stream (which Docker relays through two more processes). */
+#define CUBICLE_HELLO "cubicle-agent 1"
+#define CUBICLE_HELLO_CHANNEL "cubicle-agent 1 channel"
+#define CUBICLE_AGENT_CHANNEL "/run/cubicle/agent.sock"
 /* A RUN (or FORK) whose argv[0] is one of these runs the agent's own code in
  * the forked child instead of exec'ing a program: the changed-files listing
  * (changed.h) or a recursive removal (remove.h). */

@@ -114,8 +114,8 @@ void cancel_io(Socket& socket) {
     socket.cancel(ignored);
 }
 
-// A connection handed over after the HTTP upgrade; writes are queued so that
-// concurrent senders never interleave.
+// A connection handed over after the HTTP upgrade (or an agent's channel); writes
+// are queued so that concurrent senders never interleave.
 class HijackedStream final : public RawStream {
 public:
     HijackedStream(Socket socket, std::string leftover)
@@ -182,6 +182,10 @@ private:
 };
 
 } // namespace
+
+std::unique_ptr<RawStream> raw_stream(Socket socket, std::string leftover) {
+    return std::make_unique<HijackedStream>(std::move(socket), std::move(leftover));
+}
 
 std::string url_encode(std::string_view text) {
     std::string out;
@@ -456,7 +460,7 @@ asio::awaitable<std::unique_ptr<RawStream>> Client::hijack(std::string target, s
     // Bytes of the raw stream may already sit behind the header in the buffer.
     auto data = buffer.data();
     std::string leftover(static_cast<const char*>(data.data()), data.size());
-    co_return std::make_unique<HijackedStream>(std::move(socket), std::move(leftover));
+    co_return raw_stream(std::move(socket), std::move(leftover));
 }
 
 asio::awaitable<std::unique_ptr<RawStream>> Client::attach(std::string id) {

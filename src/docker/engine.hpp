@@ -55,6 +55,10 @@ struct Engine {
     // reset for reuse: runsc 2022-12 (ptrace) loses the agent of a sandbox whose runs
     // the zygote forks, and recycling is not proven under it.
     bool forks_and_recycles(std::string_view runtime) const { return !is_gvisor(runtime_or_default(runtime)); }
+    // Whether a unix socket of the host bind-mounted into a container can be connected to
+    // from inside (the agent's channel): gVisor refuses host sockets unless started with
+    // --host-uds, so its agents keep the attach stream.
+    bool passes_host_sockets(std::string_view runtime) const { return !is_gvisor(runtime_or_default(runtime)); }
     // Whether PUT and GET /archive work on a running container: Podman's fail under runsc
     // (Docker with runsc could not be tried here: it needs daemon.json registration).
     bool archive_on_running(std::string_view runtime) const { return !(podman() && is_gvisor(runtime_or_default(runtime))); }

@@ -19,6 +19,8 @@
 
 namespace cubicle::docker {
 
+class RawStream;
+
 class Transport {
 public:
     using Socket = boost::asio::generic::stream_protocol::socket;
@@ -37,5 +39,9 @@ public:
     // dying ssh to finish telling.
     virtual boost::asio::awaitable<std::string> explain(int connection);
 };
+
+// A connected socket as a RawStream (client.hpp): an upgraded HTTP connection, whose
+// first bytes may already have been read (`leftover`), or any other byte stream.
+std::unique_ptr<RawStream> raw_stream(Transport::Socket socket, std::string leftover = {});
 
 } // namespace cubicle::docker

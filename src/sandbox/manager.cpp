@@ -49,7 +49,10 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
-      egress_(executor, docker, config, instance_, agent_volume_) {}
+      egress_(executor, docker, config, instance_, agent_volume_) {
+    if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
+        channels_ = AgentChannels::open(instance_);
+}
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.image.empty()) spec.image = config_.default_image;
@@ -179,7 +182,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     auto stream = co_await docker_.exec_start(exec_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, id, host->container_id(), spec);
     sandbox->make_shared_workspace(workspace, uid);
-    co_await sandbox->connect(std::move(stream), agent_start_timeout);
+    co_await sandbox->connect(std::move(stream), nullptr, agent_start_timeout);
     sandbox->set_env(std::move(spec.env));
     sandbox->set_owner(std::move(owner));
     sandboxes_[id] = sandbox;
@@ -252,11 +255,27 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     std::string agent_volume;
     if (agent) agent_volume = co_await agent_volume_.ensure(spec.image);
     std::string sandbox_id = "sb-" + random_hex(6);
-    std::string container_id = co_await docker_.create_container(
-        container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume), "cubicle-" + sandbox_id);
+    std::unique_ptr<AgentChannel> channel;
+    if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_, sandbox_id);
+    // Built outside the co_await: GCC 12 frees temporaries inside one wrongly.
+    std::string config = container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume,
+                                          channel ? channel->path() : std::string());
+    std::string container_id;
+    try {
+        container_id = co_await docker_.create_container(std::move(config), "cubicle-" + sandbox_id);
+    } catch (const docker::Error& e) {
+        if (!channel) throw;
+        // The engine does not see this server's files (a remote daemon, a server in a
+        // container of its own): no sandbox can have a channel.
+        log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
+                     channels_->path(), e.what());
+        channel.reset();
+        channels_.reset();
+    }
+    if (container_id.empty()) co_return co_await launch_with(std::move(spec), agent, retried);
     std::exception_ptr failure;
     try {
-        co_return co_await start(sandbox_id, container_id, spec, agent, agent && agent_volume.empty());
+        co_return co_await start(sandbox_id, container_id, spec, agent, agent && agent_volume.empty(), std::move(channel));
     } catch (...) {
         failure = std::current_exception();
     }
@@ -273,7 +292,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
-                                                         bool copy_agent) {
+                                                         bool copy_agent, std::unique_ptr<AgentChannel> channel) {
     if (copy_agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
     auto stream = co_await docker_.attach(container_id);
     co_await docker_.start_container(container_id);
@@ -284,7 +303,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id,
         co_return sandbox;
     }
     try {
-        co_await sandbox->connect(std::move(stream), agent_start_timeout);
+        co_await sandbox->connect(std::move(stream), std::move(channel), agent_start_timeout);
     } catch (const ToolError& e) {
         throw AgentUnavailable(e.what());
     }

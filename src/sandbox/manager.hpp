@@ -91,8 +91,9 @@ private:
     // Throws ToolError when the engine cannot run `spec` (limits, runtime).
     void check_engine(const SandboxSpec& spec) const;
     // `copy_agent`: the container has no shared agent volume, the agent is copied into it.
+    // `channel`: the agent's channel the container mounts, if any.
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
-                                                    bool copy_agent);
+                                                    bool copy_agent, std::unique_ptr<AgentChannel> channel);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
     // Removes a sandbox in the background (release, the pools), taking turns with the others.
@@ -134,6 +135,9 @@ private:
     RemovalTurns removal_turns_;
     bool pool_started_ = false;
     AgentVolume agent_volume_;
+    // Where the agents' channels listen (agent_channel.hpp); empty: none, every agent
+    // speaks over its attach stream (--agent-channel attach, an engine that is not local).
+    std::unique_ptr<AgentChannels> channels_;
     Egress egress_;
 };
 

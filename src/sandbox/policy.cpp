@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/protocol.h"
 #include "common/json.hpp"
 #include "sandbox/owner.hpp"
 
@@ -56,7 +57,7 @@ void our_labels(json::Writer& w, const std::string& instance) {
 } // namespace
 
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
-                             const docker::Engine& engine, const std::string& agent_volume) {
+                             const docker::Engine& engine, const std::string& agent_volume, const std::string& agent_channel) {
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
@@ -146,8 +147,12 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     }
     w.end_object();
     if (agent) agent_mount(w, agent_volume);
+    if (agent && !agent_channel.empty()) {
+        w.begin_object().field("Type", "bind").field("Source", agent_channel).field("Target", CUBICLE_AGENT_CHANNEL);
+        w.field("ReadOnly", true).end_object();
+    }
     w.end_array();
-    // Output travels over the attach stream; nothing needs to be kept in logs.
+    // Output travels over the attach stream or the agent's channel; nothing needs to be kept in logs.
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
     w.end_object();
 

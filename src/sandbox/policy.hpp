@@ -48,8 +48,11 @@ struct SandboxSpec {
 // `engine` says how the engine differs from Docker (docker/engine.hpp).
 // `agent_volume`: the server's volume holding the agent, mounted read-only; empty,
 // an anonymous volume of the container's own that the agent is copied into.
+// `agent_channel`: the host path of the socket the agent connects to (agent_channel.hpp),
+// mounted read-only where the agent looks for it; empty, none.
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
-                             bool agent = true, const docker::Engine& engine = {}, const std::string& agent_volume = {});
+                             bool agent = true, const docker::Engine& engine = {}, const std::string& agent_volume = {},
+                             const std::string& agent_channel = {});
 
 // The JSON body of POST /containers/{id}/exec. An empty `user` keeps the container's.
 struct ExecSpec {

@@ -71,16 +71,22 @@ Sandbox::Sandbox(asio::any_io_executor executor, std::string id, std::string con
 
 Sandbox::~Sandbox() {
     if (stream_) stream_->close();
+    if (channel_) channel_->close();
+}
+
+void Sandbox::send_frame(std::string frame) {
+    if (auto& stream = channel_ ? channel_ : stream_) stream->send(std::move(frame));
 }
 
 std::size_t Sandbox::running() const { return pending_.size(); }
 
-asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream, std::chrono::milliseconds timeout) {
+asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream, std::unique_ptr<AgentChannel> channel,
+                                       std::chrono::milliseconds timeout) {
     stream_ = std::move(stream);
     alive_ = true;
     hello_ = std::make_shared<Pending>(executor_);
     hello_->done.expires_after(timeout);
-    asio::co_spawn(executor_, read_loop(), asio::detached);
+    asio::co_spawn(executor_, attach_loop(), asio::detached);
     auto hello = hello_;
     co_await hello->done.async_wait(use_tuple);
     if (!hello->finished) {
@@ -89,13 +95,27 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
                                     spec_.image, agent_log_.empty() ? "" : ": " + agent_log_));
     }
     if (!hello->error.empty()) throw ToolError(hello->error);
+    channel_socket_ = std::move(channel);
+    if (!hello_channel_) co_return;
+    if (!channel_socket_) {  // no agent of ours says so: there is no socket to connect to
+        shutdown("the agent claimed a channel it was not given");
+        throw ToolError("the sandbox agent claimed a channel it was not given");
+    }
+    try {
+        channel_ = co_await channel_socket_->accept(timeout);
+    } catch (const ToolError&) {
+        shutdown("the agent did not connect to its channel");
+        throw;
+    }
+    if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
+    asio::co_spawn(executor_, channel_loop(), asio::detached);
 }
 
 void Sandbox::connect_exec(std::unique_ptr<docker::RawStream> stream, docker::Client& docker) {
     stream_ = std::move(stream);
     docker_ = &docker;
     alive_ = true;
-    asio::co_spawn(executor_, read_loop(), asio::detached);
+    asio::co_spawn(executor_, attach_loop(), asio::detached);
 }
 
 // Stops an exec-mode run at its timeout or cancellation: Docker cannot kill an
@@ -192,11 +212,11 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
                                        : std::chrono::hours(24 * 365);
     pending->done.expires_after(watchdog);
     pending_[exec_id] = pending;
-    if (!options.save_dir.empty()) stream_->send(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
+    if (!options.save_dir.empty()) send_frame(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
     bool stream_stdin = !options.handle && request.stdin_data.size() > max_inline_stdin;
     bool start = options.handle || stream_stdin;
     if (request.fork && !start) start_zygote();
-    stream_->send(agent::encode_run(exec_id, request,
+    send_frame(agent::encode_run(exec_id, request,
                                     start          ? agent::FrameType::start
                                     : request.fork ? agent::FrameType::fork
                                                    : agent::FrameType::run,
@@ -217,7 +237,7 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
             auto live = weak_pending.lock();
             if (!self || !live || live->finished) return;
             live->result.cancelled = true;
-            if (self->stream_) self->stream_->send(agent::encode(agent::FrameType::kill, exec_id));
+            self->send_frame(agent::encode(agent::FrameType::kill, exec_id));
         });
     }
     co_await pending->done.async_wait(use_tuple);
@@ -236,14 +256,14 @@ void Sandbox::send_input(const ExecHandle& handle, std::string_view data, bool e
     if (!alive_ || !pending_.contains(handle.exec_id)) throw ToolError("the run has ended; it takes no more input");
     constexpr std::size_t chunk = 1 << 20;
     for (std::size_t at = 0; at < data.size(); at += chunk) {
-        stream_->send(agent::encode(agent::FrameType::stdin, handle.exec_id, data.substr(at, chunk)));
+        send_frame(agent::encode(agent::FrameType::stdin, handle.exec_id, data.substr(at, chunk)));
     }
-    if (eof) stream_->send(agent::encode(agent::FrameType::stdin, handle.exec_id));
+    if (eof) send_frame(agent::encode(agent::FrameType::stdin, handle.exec_id));
 }
 
 void Sandbox::signal(const ExecHandle& handle, int signal_number) {
     if (!alive_ || !pending_.contains(handle.exec_id)) throw ToolError("the run has ended; there is nothing to signal");
-    stream_->send(agent::encode(agent::FrameType::signal, handle.exec_id, std::to_string(signal_number)));
+    send_frame(agent::encode(agent::FrameType::signal, handle.exec_id, std::to_string(signal_number)));
 }
 
 void Sandbox::shutdown(std::string reason) {
@@ -251,6 +271,7 @@ void Sandbox::shutdown(std::string reason) {
     alive_ = false;
     death_reason_ = reason.empty() ? "stopped" : std::move(reason);
     if (stream_) stream_->close();
+    if (channel_) channel_->close();
     auto pending = std::move(pending_);
     pending_.clear();
     for (auto& [id, entry] : pending) {
@@ -273,30 +294,45 @@ void Sandbox::shutdown(std::string reason) {
     }
 }
 
-asio::awaitable<void> Sandbox::read_loop() {
+bool Sandbox::dispatch_decoded(agent::Decoder& decoder) {
+    try {
+        while (auto frame = decoder.next()) dispatch(std::move(*frame));
+        return true;
+    } catch (const std::exception& e) {
+        log::warning("sandbox {}: {}", id_, e.what());
+        return false;
+    }
+}
+
+asio::awaitable<void> Sandbox::attach_loop() {
     auto self = shared_from_this();
     std::string buffer(64 * 1024, '\0');
     while (alive_) {
         std::size_t n = co_await stream_->read_some(buffer.data(), buffer.size());
         if (n == 0) break;
         bool ok = demuxer_.feed(std::string_view(buffer.data(), n), [&](docker::StreamKind kind, std::string_view data) {
-            if (kind == docker::StreamKind::stdout_) {
+            if (kind != docker::StreamKind::stdout_) {
+                if (agent_log_.size() < max_agent_log) agent_log_.append(data.substr(0, max_agent_log - agent_log_.size()));
+            } else if (!hello_channel_) {  // after a channel's hello, the agent writes no frame here
                 decoder_.feed(data);
-            } else if (agent_log_.size() < max_agent_log) {
-                agent_log_.append(data.substr(0, max_agent_log - agent_log_.size()));
             }
         });
-        try {
-            while (ok) {
-                auto frame = decoder_.next();
-                if (!frame) break;
-                dispatch(std::move(*frame));
-            }
-        } catch (const std::exception& e) {
-            log::warning("sandbox {}: {}", id_, e.what());
-            ok = false;
+        if (!ok || !dispatch_decoded(decoder_)) {
+            shutdown("the agent sent a corrupt stream");
+            co_return;
         }
-        if (!ok) {
+    }
+    if (alive_) shutdown(agent_log_.empty() ? "its agent exited" : "its agent exited: " + agent_log_);
+}
+
+asio::awaitable<void> Sandbox::channel_loop() {
+    auto self = shared_from_this();
+    std::string buffer(64 * 1024, '\0');
+    while (alive_) {
+        std::size_t n = co_await channel_->read_some(buffer.data(), buffer.size());
+        if (n == 0) break;
+        channel_decoder_.feed(std::string_view(buffer.data(), n));
+        if (!dispatch_decoded(channel_decoder_)) {
             shutdown("the agent sent a corrupt stream");
             co_return;
         }
@@ -336,7 +372,9 @@ void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_
 void Sandbox::dispatch(agent::Frame frame) {
     using agent::FrameType;
     if (frame.type == FrameType::hello) {
-        if (hello_) hello_->finish();
+        if (!hello_ || hello_->finished) return;
+        hello_channel_ = frame.payload == CUBICLE_HELLO_CHANNEL;
+        hello_->finish();
         return;
     }
     auto it = pending_.find(frame.id);
@@ -406,7 +444,7 @@ void Sandbox::start_interpreter(const std::string& language, Interpreter& interp
     process->interpreter = language;
     interpreter.exec_id = next_exec_id_++;
     pending_[interpreter.exec_id] = process;
-    stream_->send(agent::encode_run(interpreter.exec_id, request, agent::FrameType::open));
+    send_frame(agent::encode_run(interpreter.exec_id, request, agent::FrameType::open));
 }
 
 void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
@@ -415,7 +453,7 @@ void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
     zygote_started_ = false;  // the next fresh run starts it again with these
     for (auto& [language, interpreter] : interpreters_) {
         if (!interpreter->exec_id) continue;
-        if (stream_) stream_->send(agent::encode(agent::FrameType::kill, interpreter->exec_id));
+        send_frame(agent::encode(agent::FrameType::kill, interpreter->exec_id));
         interpreter->exec_id = 0;  // its exit, when it comes, concerns nobody
     }
 }
@@ -431,7 +469,7 @@ asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
     auto pending = std::make_shared<Pending>(executor_);
     pending->done.expires_after(timeout);
     pending_[exec_id] = pending;
-    stream_->send(agent::encode(agent::FrameType::reset, exec_id));
+    send_frame(agent::encode(agent::FrameType::reset, exec_id));
     co_await pending->done.async_wait(use_tuple);
     if (!pending->finished) {
         pending_.erase(exec_id);
@@ -468,7 +506,7 @@ void Sandbox::start_zygote() {
     request->cwd = workspace_;
     request->env.push_back("HOME=" + workspace_);
     for (const auto& [key, value] : spec_.env) request->env.push_back(key + "=" + value);
-    stream_->send(agent::encode_run(next_exec_id_++, *request, agent::FrameType::zygote));
+    send_frame(agent::encode_run(next_exec_id_++, *request, agent::FrameType::zygote));
 }
 
 asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string code, bool echo, std::uint64_t timeout_ms,
@@ -502,8 +540,8 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     auto started = std::chrono::steady_clock::now();
     // Every cell says where its output goes (an empty directory: nowhere), so
     // one cell's files never receive the next cell's output.
-    stream_->send(agent::encode_save(exec_id, max_output, options.save_dir));
-    stream_->send(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code, echo, options.figure_dir)));
+    send_frame(agent::encode_save(exec_id, max_output, options.save_dir));
+    send_frame(agent::encode(agent::FrameType::stdin, exec_id, encode_cell(code, echo, options.figure_dir)));
     std::weak_ptr<Sandbox> weak = weak_from_this();
     if (cancel) {
         std::weak_ptr<Pending> weak_cell = cell;  // weak for the reason given in run()
@@ -525,7 +563,7 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
         if (interpreter->exec_id == exec_id) {
             interpreter->exec_id = 0;
             interpreter->cell.reset();
-            if (stream_) stream_->send(agent::encode(agent::FrameType::kill, exec_id));
+            send_frame(agent::encode(agent::FrameType::kill, exec_id));
         }
     }
     if (!cell->error.empty()) throw ToolError(cell->error);

@@ -17,6 +17,7 @@
 #include "common/cancellation.hpp"
 #include "docker/client.hpp"
 #include "docker/stream.hpp"
+#include "sandbox/agent_channel.hpp"
 #include "sandbox/agent_protocol.hpp"
 #include "sandbox/policy.hpp"
 
@@ -86,8 +87,12 @@ public:
     std::chrono::steady_clock::time_point created() const { return created_; }
     std::size_t running() const;
 
-    // Takes over the attach stream and waits for the agent's hello.
-    asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::chrono::milliseconds timeout);
+    // Takes over the attach stream and waits for the agent's hello; when the agent
+    // connected to `channel` (may be null), its frames go over that from then on.
+    asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::unique_ptr<AgentChannel> channel,
+                                  std::chrono::milliseconds timeout);
+    // Whether frames go over a channel of their own rather than the attach stream.
+    bool direct() const { return channel_ != nullptr; }
     // The fallback when the agent cannot run in the image: programs run through
     // Docker exec, a timeout or cancellation stops the whole container, and
     // there are no persistent interpreters. The attach stream only tells
@@ -155,7 +160,14 @@ private:
     struct ExecWatch;
     asio::awaitable<ExecResult> run_exec(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
     asio::awaitable<void> watch_exec(std::shared_ptr<ExecWatch> watch);
-    asio::awaitable<void> read_loop();
+    // Reads the attach stream: frames until there is a channel, the agent's
+    // diagnostics (stderr) and the container's end.
+    asio::awaitable<void> attach_loop();
+    // Reads the agent's frames from its channel.
+    asio::awaitable<void> channel_loop();
+    // Dispatches every complete frame in `decoder`; false when the stream is corrupt.
+    bool dispatch_decoded(agent::Decoder& decoder);
+    void send_frame(std::string frame);
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
@@ -171,9 +183,13 @@ private:
     unsigned uid_ = sandbox_uid;
     bool shared_ = false;
     std::chrono::steady_clock::time_point created_;
-    std::unique_ptr<docker::RawStream> stream_;
+    std::unique_ptr<docker::RawStream> stream_;   // the attach stream
+    std::unique_ptr<AgentChannel> channel_socket_;  // kept while the container lives (agent_channel.hpp)
+    std::unique_ptr<docker::RawStream> channel_;    // the agent's connection to it
     docker::Demuxer demuxer_;
-    agent::Decoder decoder_;
+    agent::Decoder decoder_;          // of the attach stream
+    agent::Decoder channel_decoder_;
+    bool hello_channel_ = false;      // the hello said the agent is on its channel
     std::map<std::uint32_t, std::shared_ptr<Pending>> pending_;
     std::uint32_t next_exec_id_ = 1;
     bool alive_ = false;

@@ -457,6 +457,7 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
+    w.field("agent_channel", !box.uses_agent() ? "none" : box.direct() ? "socket" : "attach");
     w.field("gpu", s.gpu);
     w.end_object();
 }
@@ -528,6 +529,7 @@ constexpr std::string_view sandbox_status_properties = R"(
         "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
         "executor": {"type": "string", "enum": ["agent", "exec"], "description": "How programs run: agent, the in-sandbox agent; or exec, Docker exec where the agent cannot run in the image, with no persistent interpreters and a timeout that stops the sandbox"},
+        "agent_channel": {"type": "string", "enum": ["socket", "attach", "none"], "description": "How the server speaks to the agent: socket, a Unix socket of its own mounted into the container; attach, the engine's attach stream; none, no agent: exec"},
         "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})";
 
 std::string language_enum() {

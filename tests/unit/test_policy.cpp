@@ -17,6 +17,7 @@
 #include <simdjson.h>
 #include <unistd.h>
 
+#include "agent/protocol.h"
 #include "common/json.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/policy.hpp"
@@ -274,6 +275,28 @@ TEST_F(PolicyTest, ExecFallbackHasNoAgentMount) {
     simdjson::dom::array mounts;
     ASSERT_EQ(doc.root()["HostConfig"]["Mounts"].get(mounts), simdjson::SUCCESS);
     for (auto m : mounts) EXPECT_NE(str(m["Target"]), agent_dir);
+}
+
+TEST_F(PolicyTest, AgentChannelIsBoundReadOnlyWhereTheAgentLooksForIt) {
+    auto binds = [](const std::string& text) {
+        json::Document doc;
+        EXPECT_FALSE(doc.parse(text));
+        std::vector<std::string> found;
+        simdjson::dom::array mounts;
+        EXPECT_EQ(doc.root()["HostConfig"]["Mounts"].get(mounts), simdjson::SUCCESS);
+        for (auto m : mounts) {
+            if (str(m["Type"]) != "bind") continue;
+            EXPECT_EQ(str(m["Target"]), CUBICLE_AGENT_CHANNEL);
+            EXPECT_TRUE(boolean(m["ReadOnly"]));
+            found.push_back(str(m["Source"]));
+        }
+        return found;
+    };
+    EXPECT_EQ(binds(container_config(spec(), "inst", "sb-1", true, {}, "vol", "/run/cubicle/sb-1.sock")),
+              std::vector<std::string>{"/run/cubicle/sb-1.sock"});
+    EXPECT_TRUE(binds(container_config(spec(), "inst", "sb-1", true, {}, "vol")).empty());
+    // Without the agent (exec fallback) there is nobody to connect to it.
+    EXPECT_TRUE(binds(container_config(spec(), "inst", "sb-1", false, {}, "vol", "/run/cubicle/sb-1.sock")).empty());
 }
 
 TEST(AgentVolumePolicy, TheVolumeAndItsFillerAreLabelledAsThisInstances) {
