@@ -267,8 +267,11 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
         if (!channel) throw;
         // The engine does not see this server's files (a remote daemon, a server in a
         // container of its own): no sandbox can have a channel.
-        log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
-                     channels_->path(), e.what());
+        // Logged once: launches under way when it was found out fail the same way.
+        if (channels_) {
+            log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
+                         channels_->path(), e.what());
+        }
         channel.reset();
         channels_.reset();
     }

@@ -23,6 +23,7 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // presumed wedged and the container is given up.
 constexpr auto watchdog_grace = std::chrono::seconds(10);
 constexpr std::size_t max_agent_log = 4096;
+constexpr std::size_t diagnostics_buffer = 1024;  // the attach stream's read buffer once a channel carries the frames
 // Stdin up to this size rides in the RUN frame; more (an upload's archive may be
 // larger than a frame can be) goes in STDIN frames after a START. Either way the
 // agent holds what the program has not read yet.
@@ -321,6 +322,8 @@ asio::awaitable<void> Sandbox::attach_loop() {
             shutdown("the agent sent a corrupt stream");
             co_return;
         }
+        // Past a channel's hello only diagnostics come here: no need to hold 64 KiB for them.
+        if (hello_channel_ && buffer.size() > diagnostics_buffer) std::string(diagnostics_buffer, '\0').swap(buffer);
     }
     if (alive_) shutdown(agent_log_.empty() ? "its agent exited" : "its agent exited: " + agent_log_);
 }

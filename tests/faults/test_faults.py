@@ -54,8 +54,8 @@ def proxy():
 def through(raw_server, proxy):
     """A server that reaches Docker only through the proxy, with short deadlines and no pool."""
 
-    def make():
-        return raw_server("--docker-host", proxy.url, "--docker-timeout-s", str(STEP_S), "--pool-size", "0")
+    def make(*extra: str):
+        return raw_server("--docker-host", proxy.url, "--docker-timeout-s", str(STEP_S), "--pool-size", "0", *extra)
 
     return make
 
@@ -152,7 +152,9 @@ def test_broken_answers_give_clear_errors(through, proxy, mode):
 
 
 def test_stream_dropped_mid_run(through, proxy):
-    s = through()
+    """The run's output comes over the attach stream (forced: by default it comes over the
+    agent's own socket, which no daemon relays; see the next test)."""
+    s = through("--agent-channel", "attach")
     s.initialize()
     sandbox = s.ok("initialize_sandbox", {})
     s.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
@@ -170,6 +172,26 @@ def test_stream_dropped_mid_run(through, proxy):
     assert again.get("isError") and "no longer running" in text_of(again), again
     done = s.ok("execute_code", {"code": "print('fresh')"})
     assert done["stdout"] == "fresh\n"
+    end_and_check(s, "sigterm")
+
+
+def test_a_run_over_the_agents_socket_needs_no_daemon_stream(through, proxy):
+    """Over its own socket the agent's frames never touch the daemon: a run goes on, and the
+    sandbox stays usable, while the daemon's streams are being dropped."""
+    s = through()
+    s.initialize()
+    sandbox = s.ok("initialize_sandbox", {})
+    s.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
+        "name": "run_command",
+        "arguments": {"sandbox_id": sandbox["sandbox_id"], "command": "for i in $(seq 20); do echo $i; sleep 0.1; done"}}})
+    time.sleep(0.5)
+    proxy.set("drop")
+    result = s.wait_response(99, timeout=15)["result"]
+    assert not result.get("isError"), result
+    assert result["structuredContent"]["results"][0]["stdout"] == "".join(f"{i}\n" for i in range(1, 21)), result
+    again = s.ok("execute_code", {"sandbox_id": sandbox["sandbox_id"], "code": "print('still here')"})
+    assert again["stdout"] == "still here\n"
+    proxy.set("pass")
     end_and_check(s, "sigterm")
 
 
