@@ -87,7 +87,7 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
     alive_ = true;
     hello_ = std::make_shared<Pending>(executor_);
     hello_->done.expires_after(timeout);
-    asio::co_spawn(executor_, attach_loop(), asio::detached);
+    asio::co_spawn(executor_, read_loop(false), asio::detached);
     auto hello = hello_;
     co_await hello->done.async_wait(use_tuple);
     if (!hello->finished) {
@@ -109,14 +109,14 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
         throw;
     }
     if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
-    asio::co_spawn(executor_, channel_loop(), asio::detached);
+    asio::co_spawn(executor_, read_loop(true), asio::detached);
 }
 
 void Sandbox::connect_exec(std::unique_ptr<docker::RawStream> stream, docker::Client& docker) {
     stream_ = std::move(stream);
     docker_ = &docker;
     alive_ = true;
-    asio::co_spawn(executor_, attach_loop(), asio::detached);
+    asio::co_spawn(executor_, read_loop(false), asio::detached);
 }
 
 // Stops an exec-mode run at its timeout or cancellation: Docker cannot kill an
@@ -305,40 +305,33 @@ bool Sandbox::dispatch_decoded(agent::Decoder& decoder) {
     }
 }
 
-asio::awaitable<void> Sandbox::attach_loop() {
+asio::awaitable<void> Sandbox::read_loop(bool from_channel) {
     auto self = shared_from_this();
+    auto& stream = from_channel ? channel_ : stream_;
+    auto& decoder = from_channel ? channel_decoder_ : decoder_;
     std::string buffer(64 * 1024, '\0');
     while (alive_) {
-        std::size_t n = co_await stream_->read_some(buffer.data(), buffer.size());
+        std::size_t n = co_await stream->read_some(buffer.data(), buffer.size());
         if (n == 0) break;
-        bool ok = demuxer_.feed(std::string_view(buffer.data(), n), [&](docker::StreamKind kind, std::string_view data) {
-            if (kind != docker::StreamKind::stdout_) {
-                if (agent_log_.size() < max_agent_log) agent_log_.append(data.substr(0, max_agent_log - agent_log_.size()));
-            } else if (!hello_channel_) {  // after a channel's hello, the agent writes no frame here
-                decoder_.feed(data);
-            }
-        });
-        if (!ok || !dispatch_decoded(decoder_)) {
+        std::string_view data(buffer.data(), n);
+        bool ok = true;
+        if (from_channel) {
+            decoder.feed(data);
+        } else {
+            ok = demuxer_.feed(data, [&](docker::StreamKind kind, std::string_view piece) {
+                if (kind != docker::StreamKind::stdout_) {
+                    if (agent_log_.size() < max_agent_log) agent_log_.append(piece.substr(0, max_agent_log - agent_log_.size()));
+                } else if (!hello_channel_) {  // after a channel's hello, the agent writes no frame here
+                    decoder.feed(piece);
+                }
+            });
+        }
+        if (!ok || !dispatch_decoded(decoder)) {
             shutdown("the agent sent a corrupt stream");
             co_return;
         }
-        // Past a channel's hello only diagnostics come here: no need to hold 64 KiB for them.
-        if (hello_channel_ && buffer.size() > diagnostics_buffer) std::string(diagnostics_buffer, '\0').swap(buffer);
-    }
-    if (alive_) shutdown(agent_log_.empty() ? "its agent exited" : "its agent exited: " + agent_log_);
-}
-
-asio::awaitable<void> Sandbox::channel_loop() {
-    auto self = shared_from_this();
-    std::string buffer(64 * 1024, '\0');
-    while (alive_) {
-        std::size_t n = co_await channel_->read_some(buffer.data(), buffer.size());
-        if (n == 0) break;
-        channel_decoder_.feed(std::string_view(buffer.data(), n));
-        if (!dispatch_decoded(channel_decoder_)) {
-            shutdown("the agent sent a corrupt stream");
-            co_return;
-        }
+        // Past a channel's hello only diagnostics come over the attach stream: no need to hold 64 KiB for them.
+        if (!from_channel && hello_channel_ && buffer.size() > diagnostics_buffer) std::string(diagnostics_buffer, '\0').swap(buffer);
     }
     if (alive_) shutdown(agent_log_.empty() ? "its agent exited" : "its agent exited: " + agent_log_);
 }

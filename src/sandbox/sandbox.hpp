@@ -160,11 +160,9 @@ private:
     struct ExecWatch;
     asio::awaitable<ExecResult> run_exec(agent::RunRequest request, OutputSink sink, std::shared_ptr<Cancellation> cancel);
     asio::awaitable<void> watch_exec(std::shared_ptr<ExecWatch> watch);
-    // Reads the attach stream: frames until there is a channel, the agent's
-    // diagnostics (stderr) and the container's end.
-    asio::awaitable<void> attach_loop();
-    // Reads the agent's frames from its channel.
-    asio::awaitable<void> channel_loop();
+    // Reads the agent's channel (frames), or the attach stream: frames until there is
+    // a channel, the agent's diagnostics (stderr) and the container's end.
+    asio::awaitable<void> read_loop(bool from_channel);
     // Dispatches every complete frame in `decoder`; false when the stream is corrupt.
     bool dispatch_decoded(agent::Decoder& decoder);
     void send_frame(std::string frame);

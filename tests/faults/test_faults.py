@@ -151,17 +151,24 @@ def test_broken_answers_give_clear_errors(through, proxy, mode):
     end_and_check(s)
 
 
-def test_stream_dropped_mid_run(through, proxy):
-    """The run's output comes over the attach stream (forced: by default it comes over the
-    agent's own socket, which no daemon relays; see the next test)."""
-    s = through("--agent-channel", "attach")
+def _drop_streams_during_a_run(s, proxy, lines: int) -> dict:
+    """Starts a run_command (id 99) printing `lines` lines 0.1 s apart in a new sandbox, then
+    has the proxy drop the daemon's streams; returns the sandbox."""
     s.initialize()
     sandbox = s.ok("initialize_sandbox", {})
     s.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
         "name": "run_command",
-        "arguments": {"sandbox_id": sandbox["sandbox_id"], "command": "for i in $(seq 100); do echo $i; sleep 0.1; done"}}})
-    time.sleep(1)
+        "arguments": {"sandbox_id": sandbox["sandbox_id"], "command": f"for i in $(seq {lines}); do echo $i; sleep 0.1; done"}}})
+    time.sleep(0.5)
     proxy.set("drop")
+    return sandbox
+
+
+def test_stream_dropped_mid_run(through, proxy):
+    """The run's output comes over the attach stream (forced: by default it comes over the
+    agent's own socket, which no daemon relays; see the next test)."""
+    s = through("--agent-channel", "attach")
+    sandbox = _drop_streams_during_a_run(s, proxy, lines=100)
     t0 = time.monotonic()
     answer = s.wait_response(99, timeout=15)
     assert time.monotonic() - t0 < 5
@@ -179,13 +186,7 @@ def test_a_run_over_the_agents_socket_needs_no_daemon_stream(through, proxy):
     """Over its own socket the agent's frames never touch the daemon: a run goes on, and the
     sandbox stays usable, while the daemon's streams are being dropped."""
     s = through()
-    s.initialize()
-    sandbox = s.ok("initialize_sandbox", {})
-    s.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
-        "name": "run_command",
-        "arguments": {"sandbox_id": sandbox["sandbox_id"], "command": "for i in $(seq 20); do echo $i; sleep 0.1; done"}}})
-    time.sleep(0.5)
-    proxy.set("drop")
+    sandbox = _drop_streams_during_a_run(s, proxy, lines=20)
     result = s.wait_response(99, timeout=15)["result"]
     assert not result.get("isError"), result
     assert result["structuredContent"]["results"][0]["stdout"] == "".join(f"{i}\n" for i in range(1, 21)), result
