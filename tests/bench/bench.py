@@ -560,26 +560,22 @@ class Bench:
 
         self.log(f"section 3: initialize_sandbox with / without pool, {self.rounds} rounds")
         for i in range(self.rounds):
-            r = await plain.call("initialize_sandbox", {})
-            if r.error:
-                self.problems.append(f"initialize_sandbox (no pool): {r.error}")
-            else:
-                if not plain.instances:
-                    await plain.learn_instance(r.sc.get("container_id", ""))
-                if await self.usable(plain, r, "no pool"):
-                    i_plain.samples.append(r.elapsed_ms)
-                await self.stop(plain, r.sc["sandbox_id"])
+            await self.time_initialize(plain, i_plain, "no pool")
             if pooled:
                 await asyncio.sleep(self.args.pool_settle)
-                r = await pooled.call("initialize_sandbox", {})
-                if r.error:
-                    self.problems.append(f"initialize_sandbox (pool): {r.error}")
-                else:
-                    if not pooled.instances:
-                        await pooled.learn_instance(r.sc.get("container_id", ""))
-                    if await self.usable(pooled, r, "pool"):
-                        i_pool.samples.append(r.elapsed_ms)
-                    await self.stop(pooled, r.sc["sandbox_id"])
+                await self.time_initialize(pooled, i_pool, "pool")
+
+    async def time_initialize(self, s: Server, row: Row, what: str) -> None:
+        """One timed initialize_sandbox on `s`, checked usable (untimed) and stopped."""
+        r = await s.call("initialize_sandbox", {})
+        if r.error:
+            self.problems.append(f"initialize_sandbox ({what}): {r.error}")
+            return
+        if not s.instances:
+            await s.learn_instance(r.sc.get("container_id", ""))
+        if await self.usable(s, r, what):
+            row.samples.append(r.elapsed_ms)
+        await self.stop(s, r.sc["sandbox_id"])
 
     async def usable(self, s: Server, init: Reply, what: str) -> bool:
         """Untimed check that a sandbox handed out by initialize_sandbox really runs code."""

@@ -60,15 +60,20 @@ def through(raw_server, proxy):
     return make
 
 
-def end_and_check(server, how: str = "eof") -> float:
-    """Stops the server; returns how long it took. Its containers must be gone."""
+def stop(server, how: str, wait_s: float) -> float:
+    """Stops the server by closing its stdin ("eof") or SIGTERM; returns how long it took."""
     t0 = time.monotonic()
     if how == "eof":
         server.close_stdin()
     else:
         server.signal(signal.SIGTERM)
-    assert server.wait(SHUTDOWN_BOUND_S + 5) == 0
-    took = time.monotonic() - t0
+    assert server.wait(wait_s) == 0
+    return time.monotonic() - t0
+
+
+def end_and_check(server, how: str = "eof") -> float:
+    """Stops the server; returns how long it took. Its containers must be gone."""
+    took = stop(server, how, SHUTDOWN_BOUND_S + 5)
     assert wait_until(lambda: not containers_of(server.pid), 5), \
         f"containers left: {containers_of(server.pid)}\n{server.stderr_tail()}"
     return took
@@ -91,13 +96,7 @@ def test_stalled_daemon_fails_calls_and_shutdown_is_bounded(through, raw_server,
     assert ran["results"][0]["stdout"] == "still here\n"
     assert s.request("ping")["result"] == {}
 
-    t0 = time.monotonic()
-    if how == "eof":
-        s.close_stdin()
-    else:
-        s.signal(signal.SIGTERM)
-    assert s.wait(SHUTDOWN_BOUND_S + 10) == 0
-    took = time.monotonic() - t0
+    took = stop(s, how, SHUTDOWN_BOUND_S + 10)
     assert took < SHUTDOWN_BOUND_S, f"shutdown with a stalled daemon took {took:.1f} s\n{s.stderr_tail()}"
     assert "next cubicle's orphan sweep" in s.stderr_tail()
 

@@ -36,6 +36,24 @@ async def running(session, box, pattern):
     return int(out["results"][0]["stdout"].strip())
 
 
+async def until_running(session, box, command, now: bool, why: str) -> None:
+    """Waits (10 s at most) until `command` runs in `box` (`now`), or no longer does."""
+    deadline = time.monotonic() + 10
+    while (await running(session, box, command) > 0) != now:
+        assert time.monotonic() < deadline, why
+        await asyncio.sleep(0.1)
+
+
+async def cancelling_kills(session, box, command) -> None:
+    """A cancelled call's process dies in the sandbox."""
+    call = asyncio.ensure_future(session.call_tool("run_command", {"sandbox_id": box, "command": command}))
+    await until_running(session, box, command, True, f"{command!r} never started")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await until_running(session, box, command, False, "the cancelled command kept running")
+
+
 async def test_sdk_end_to_end(srv):
     async with srv.sdk_session("sdk") as session:
         tools = await session.list_tools()
@@ -61,18 +79,7 @@ async def test_sdk_end_to_end(srv):
         assert "".join(m for _, m in arrivals) == "0\n1\n2\n"
         assert done - arrivals[0][0] > 0.8, "the first output arrived only with the result"
         # Cancel: the SDK sends notifications/cancelled; the process in the sandbox dies.
-        call = asyncio.ensure_future(session.call_tool("run_command", {"sandbox_id": box, "command": "sleep 41"}))
-        deadline = time.monotonic() + 10
-        while await running(session, box, "sleep 41") == 0:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.1)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        deadline = time.monotonic() + 10
-        while await running(session, box, "sleep 41") > 0:
-            assert time.monotonic() < deadline, "the cancelled command kept running"
-            await asyncio.sleep(0.1)
+        await cancelling_kills(session, box, "sleep 41")
         await ok(session, "stop_sandbox", {"sandbox_id": box})
 
 
@@ -87,15 +94,9 @@ async def test_disconnect_cancels_the_call(srv):
                    f"Content-Length: {len(body)}\r\n\r\n{body}")
         client = socket.create_connection(("127.0.0.1", srv.port))
         client.sendall(request.encode())
-        deadline = time.monotonic() + 10
-        while await running(session, box, "sleep 43") == 0:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.1)
+        await until_running(session, box, "sleep 43", True, "the call never started")
         client.close()
-        deadline = time.monotonic() + 10
-        while await running(session, box, "sleep 43") > 0:
-            assert time.monotonic() < deadline, "the call went on after its client disconnected"
-            await asyncio.sleep(0.1)
+        await until_running(session, box, "sleep 43", False, "the call went on after its client disconnected")
         await ok(session, "stop_sandbox", {"sandbox_id": box})
 
 
@@ -119,16 +120,5 @@ async def test_sdk_default_mode_is_stateless(srv):
             await ok(client, "execute_code", {"sandbox_id": box, "code": code}, progress_callback=on_progress)
             assert "".join(chunks) == "0\n1\n2\n"
             # Cancelling closes the request's stream; the server kills the process.
-            call = asyncio.ensure_future(client.call_tool("run_command", {"sandbox_id": box, "command": "sleep 44"}))
-            deadline = time.monotonic() + 10
-            while await running(client, box, "sleep 44") == 0:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            deadline = time.monotonic() + 10
-            while await running(client, box, "sleep 44") > 0:
-                assert time.monotonic() < deadline, "the cancelled command kept running"
-                await asyncio.sleep(0.1)
+            await cancelling_kills(client, box, "sleep 44")
             await ok(client, "stop_sandbox", {"sandbox_id": box})
