@@ -109,6 +109,23 @@ def test_a_killed_servers_channels_are_removed_by_the_next_server(raw_server):
     assert s2.ok("read_file", {"sandbox_id": sb2["sandbox_id"], "path": "a.txt"})["content"] == "hi"
 
 
+def test_no_program_inherits_the_agents_socket(raw_server):
+    """The agent's end of its channel is close-on-exec: a shell command, a stateful cell and a
+    fresh (zygote-forked) run see no socket among their descriptors."""
+    s = raw_server("--pool-size", "0")
+    s.initialize()
+    box = s.ok("initialize_sandbox", {})["sandbox_id"]
+    listing = ("import os\nseen = []\nfor fd in os.listdir('/proc/self/fd'):\n"
+               "    try:\n        seen.append(os.readlink('/proc/self/fd/' + fd))\n"
+               "    except OSError:\n        pass  # listdir's own descriptor, closed by now\n"
+               "print(sorted(seen))")
+    seen = [s.ok("run_command", {"sandbox_id": box, "command": "ls -l /proc/self/fd"})["results"][0]["stdout"],
+            s.ok("execute_code", {"sandbox_id": box, "code": listing})["stdout"],
+            s.ok("execute_code", {"sandbox_id": box, "code": listing, "fresh": True})["stdout"]]
+    for out in seen:
+        assert out and "socket:" not in out, seen
+
+
 def test_attach_stream_when_asked(raw_server):
     s = raw_server("--pool-size", "0", "--agent-channel", "attach")
     s.initialize()
