@@ -264,10 +264,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     try {
         container_id = co_await docker_.create_container(std::move(config), "cubicle-" + sandbox_id);
     } catch (const docker::Error& e) {
-        if (!channel) throw;
-        // The engine does not see this server's files (a remote daemon, a server in a
-        // container of its own): no sandbox can have a channel.
-        // Logged once: launches under way when it was found out fail the same way.
+        // Refused for the socket's sake (Docker and Podman name the path): the engine does
+        // not see this server's files (a remote daemon, a server in a container of its own),
+        // so no sandbox can have a channel. Logged once: launches under way fail alike.
+        if (!channel || std::string_view(e.what()).find(channel->path()) == std::string_view::npos) throw;
         if (channels_) {
             log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
                          channels_->path(), e.what());

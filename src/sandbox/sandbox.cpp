@@ -218,10 +218,10 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     bool start = options.handle || stream_stdin;
     if (request.fork && !start) start_zygote();
     send_frame(agent::encode_run(exec_id, request,
-                                    start          ? agent::FrameType::start
-                                    : request.fork ? agent::FrameType::fork
-                                                   : agent::FrameType::run,
-                                    !stream_stdin));
+                                 start          ? agent::FrameType::start
+                                 : request.fork ? agent::FrameType::fork
+                                                : agent::FrameType::run,
+                                 !stream_stdin));
     if (options.handle) options.handle->exec_id = exec_id;
     if (stream_stdin) {
         send_input(ExecHandle{exec_id}, request.stdin_data, true);

@@ -62,6 +62,13 @@ def shared_agent_volume(engine: Engine, cid: str) -> str:
     return agent[0]["Name"]
 
 
+def expected_channel(engine: Engine) -> str:
+    """How the server should speak to its agents there: over their own socket on a local engine
+    whose runtime passes host sockets through, else over the engine's attach stream."""
+    local = engine.env.get("DOCKER_HOST", "unix://").startswith("unix://")
+    return "socket" if local and engine.runtime != "runsc" else "attach"
+
+
 def run_text(sc: dict) -> str:
     return f"exit {sc.get('exit_code')} stdout {sc.get('stdout')!r} stderr {sc.get('stderr')!r}"
 
@@ -81,6 +88,8 @@ async def test_lifecycle(engine: Engine):
         labels = json.loads(engine.cli("inspect", "--format", "{{json .Config.Labels}}", cid).stdout)
         instance = labels[INSTANCE_LABEL]
         agent_volume = shared_agent_volume(engine, cid)
+        (status,) = (await s.ok("get_sandbox_status", {"sandbox_id": box["sandbox_id"]}))["sandboxes"]
+        assert status["agent_channel"] == expected_channel(engine), status
         state = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "x = 41"})
         assert state["exit_code"] == 0, run_text(state)
         sc = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "print(x + 1)"})
