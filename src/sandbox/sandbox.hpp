@@ -92,7 +92,7 @@ public:
     asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::unique_ptr<AgentChannel> channel,
                                   std::chrono::milliseconds timeout);
     // Whether frames go over a channel of their own rather than the attach stream.
-    bool direct() const { return channel_ != nullptr; }
+    bool on_channel() const { return channel_ != nullptr; }
     // The fallback when the agent cannot run in the image: programs run through
     // Docker exec, a timeout or cancellation stops the whole container, and
     // there are no persistent interpreters. The attach stream only tells

@@ -457,7 +457,7 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
-    w.field("agent_channel", !box.uses_agent() ? "none" : box.direct() ? "socket" : "attach");
+    w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
     w.field("gpu", s.gpu);
     w.end_object();
 }
