@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/asio/local/stream_protocol.hpp>
@@ -29,6 +30,8 @@ using local = asio::local::stream_protocol;
 namespace {
 
 constexpr const char* owner_file = "owner";
+// Room for a socket's name in its directory ("/sb-" and 12 hex digits, ".sock", and spare).
+constexpr std::size_t longest_socket_name = 32;
 
 std::string base_dir() {
     if (const char* systemd = std::getenv("RUNTIME_DIRECTORY"); systemd && *systemd == '/' && !std::strchr(systemd, ':')) {
@@ -108,6 +111,10 @@ std::unique_ptr<AgentChannels> AgentChannels::open(const std::string& instance) 
     }
     remove_dead(base);
     auto dir = fmt::format("{}/{}", base, instance);
+    if (dir.size() + longest_socket_name >= sizeof(sockaddr_un::sun_path)) {
+        log::warning("agent channels: {} is too long a path for Unix sockets; sandboxes use their attach streams", dir);
+        return nullptr;
+    }
     if (::mkdir(dir.c_str(), 0700) != 0) {
         log::warning("agent channels: cannot create {}: {}; sandboxes use their attach streams", dir, std::strerror(errno));
         return nullptr;
@@ -125,7 +132,8 @@ std::unique_ptr<AgentChannel> AgentChannels::listen(asio::any_io_executor execut
     auto path = fmt::format("{}/{}.sock", dir_, name);
     auto listener = std::make_unique<AgentChannel::Listener>(executor);
     boost::system::error_code ec;
-    listener->acceptor.open(local(), ec);
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) ec = boost::asio::error::name_too_long;
+    if (!ec) listener->acceptor.open(local(), ec);
     if (!ec) listener->acceptor.bind(local::endpoint(path), ec);
     // The agent runs as the sandbox uid; the directory (0700) keeps everyone else on
     // the host out, and in the container the socket takes one connection only.

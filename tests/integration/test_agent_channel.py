@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +36,14 @@ for name, act in (("unlink", lambda: os.unlink({CHANNEL!r})), ("chmod", lambda: 
         out[name] = type(e).__name__
 print(json.dumps(out))
 """
+
+
+@pytest.fixture
+def short_dir():
+    """A directory of mode 0700 whose socket paths fit a sockaddr_un (pytest's tmp_path may not)."""
+    path = tempfile.mkdtemp(prefix="cubicle-ch-", dir="/tmp")
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _channel_mounts(container_id: str) -> list[dict]:
@@ -135,12 +146,11 @@ def test_attach_stream_when_asked(raw_server):
     _stateful_runs(s, sb["sandbox_id"])
 
 
-def test_an_engine_that_cannot_see_the_socket_gets_the_attach_stream(raw_server, tmp_path):
+def test_an_engine_that_cannot_see_the_socket_gets_the_attach_stream(raw_server, short_dir):
     """The server runs in a mount namespace of its own where its channel directory is a tmpfs
     the daemon cannot see (as for a server inside a container of its own): the first sandbox
     tells it, and every sandbox then uses its attach stream."""
-    hidden = tmp_path / "channels"
-    hidden.mkdir(mode=0o700)
+    hidden = short_dir
     prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
               'mount -t tmpfs -o mode=0700 cubicle-test "$0" && exec "$@"', str(hidden)]
     s = raw_server("--pool-size", "0", env={"RUNTIME_DIRECTORY": str(hidden)}, prefix=prefix)
@@ -153,3 +163,17 @@ def test_an_engine_that_cannot_see_the_socket_gets_the_attach_stream(raw_server,
     log = s.stderr_tail()
     assert log.count("cannot mount agent channels") == 1, log
     assert os.listdir(hidden) == [], "the server's sockets showed through to the host"
+
+
+def test_a_directory_too_long_for_socket_paths_gets_the_attach_stream(raw_server, short_dir):
+    """A Unix socket's path has room for 107 bytes: a longer channel directory is refused with
+    a warning at start, not met as an error by each sandbox."""
+    deep = short_dir / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    os.chmod(deep.parent, 0o700)
+    s = raw_server("--pool-size", "0", env={"RUNTIME_DIRECTORY": str(deep)})
+    s.initialize()
+    sb = s.ok("initialize_sandbox", {})
+    assert _status(s, sb["sandbox_id"])["agent_channel"] == "attach"
+    _stateful_runs(s, sb["sandbox_id"])
+    assert "too long a path for Unix sockets" in s.stderr_tail()
