@@ -3,8 +3,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <pwd.h>
@@ -13,6 +11,7 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
+#include "common/file_text.hpp"
 #include "common/json.hpp"
 #include "config.hpp"
 
@@ -50,13 +49,6 @@ void split_host_port(std::string_view rest, Endpoint& endpoint, std::string_view
     }
     endpoint.host = host;
     endpoint.port = port;
-}
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
 }
 
 bool is_file(const fs::path& path) {
@@ -100,7 +92,7 @@ Endpoint from_context(std::string_view name, std::string_view name_origin, const
     json::Document doc;
     std::string_view host;
     bool skip_verify = false;
-    if (auto error = doc.parse(read_file(meta_path))) {
+    if (auto error = doc.parse(file_text(meta_path))) {
         throw std::invalid_argument(fmt::format("{}: {} is not valid JSON: {}", what, meta_path.string(), *error));
     }
     auto docker = doc.root()["Endpoints"]["docker"];
@@ -216,7 +208,7 @@ Endpoint resolve_endpoint(const EndpointSettings& settings) {
             auto config_file = fs::path(settings.config_dir) / "config.json";
             if (is_file(config_file)) {
                 json::Document doc;
-                if (auto error = doc.parse(read_file(config_file))) {
+                if (auto error = doc.parse(file_text(config_file))) {
                     throw std::invalid_argument(fmt::format("{} is not valid JSON: {}", config_file.string(), *error));
                 }
                 std::string_view current;

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "common/file_text.hpp"
 
 namespace cubicle::image {
 namespace {
@@ -40,13 +41,6 @@ struct Fnv64 {
         state *= 0x100000001b3ULL;
     }
 };
-
-std::string file_contents(const char* path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
-}
 
 } // namespace
 
@@ -128,7 +122,7 @@ const Profile* find_profile(std::string_view name) {
 }
 
 std::string host_suite() {
-    std::istringstream in(file_contents("/etc/os-release"));
+    std::istringstream in(file_text("/etc/os-release"));
     for (std::string line; std::getline(in, line);) {
         if (!line.starts_with("VERSION_CODENAME=")) continue;
         auto value = line.substr(17);
@@ -143,7 +137,7 @@ std::string recipe_digest(const Profile& profile, std::string_view suite) {
     digest.add(fmt::format("builder {}", builder_revision));
     digest.add(profile.text);
     digest.add(suite);
-    if (!profile.binary.empty()) digest.add(file_contents("/proc/self/exe"));
+    if (!profile.binary.empty()) digest.add(file_text("/proc/self/exe"));
     return fmt::format("{:016x}", digest.state);
 }
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
+#include "common/file_text.hpp"
 #include "common/log.hpp"
 #include "docker/transport.hpp"
 #include "sandbox/owner.hpp"
@@ -48,19 +48,12 @@ bool private_dir(const std::string& dir) {
     return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 0077) == 0;
 }
 
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 // The directories of servers that are provably dead (a server killed before it could remove its own).
 void remove_dead(const std::string& base) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(base, ec)) {
         if (!entry.is_directory(ec) || entry.is_symlink(ec)) continue;
-        auto record = read_file(entry.path() / owner_file);
+        auto record = file_text(entry.path() / owner_file);
         if (!record.empty() && owner_state(record) == OwnerState::dead) fs::remove_all(entry.path(), ec);
     }
 }
