@@ -31,7 +31,7 @@ struct Config {
     int max_pids_limit = 4096;
     int max_tmp_size_mb = 4096;
     // The workspace is a size- and inode-capped tmpfs volume, so it is memory as well:
-    // a sandbox's memory limit is memory_mb + disk_mb.
+    // a sandbox's hard memory ceiling holds it beside memory_mb (sandbox::memory_limits).
     int disk_mb = 1024;
     int files_limit = 100000;
     int max_disk_mb = 8192;

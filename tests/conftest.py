@@ -654,3 +654,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):
         start = getattr(item, "_cubicle_log_start", len(_SERVER_LOGS))
         for p in _SERVER_LOGS[start:][-4:]:
             report.sections.append((f"cubicle stderr {p.name}", _tail(p, 3000)))
+
+
+# The memory a sandbox holds beside its programs and files (sandbox/policy.cpp): the agent, the zygote, kernel memory and a check's slack.
+OWN_PROCESSES_MB = 128
+# Reports the memory it holds of its own at start (Private_Dirty: a fork's pages
+# still shared with the zygote are not its own), then leaks 8 MiB (touched) at a time.
+LEAK = ("import re\n"
+        "try:\n"
+        "    base = int(re.search(r'Private_Dirty:\\s+(\\d+)', open('/proc/self/smaps_rollup').read())[1]) >> 10\n"
+        "except OSError:\n"
+        "    base = int(re.search(r'RssAnon:\\s+(\\d+)', open('/proc/self/status').read())[1]) >> 10\n"
+        "print(base, flush=True)\n"
+        "chunks = []\n"
+        "while True:\n"
+        "    chunks.append(b'x' * (8 << 20))\n"
+        "    print(base + 8 * len(chunks), flush=True)\n")
+
+
+def assert_stopped_at_the_limit(sc: dict[str, Any], limit_mb: int) -> None:
+    """Killed like an OOM kill (137), with the note that names the limit, within 16 MiB of it."""
+    assert sc["exit_code"] == 137 and not sc["timed_out"], sc
+    assert f"memory limit of {limit_mb} MiB" in sc["stderr"] and "memory_mb" in sc["stderr"], sc["stderr"]
+    held = int(sc["stdout"].split()[-1])
+    assert limit_mb - 16 <= held <= limit_mb + 16, (held, sc["stdout"][-200:])

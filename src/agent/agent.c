@@ -35,7 +35,9 @@
  * `cubicle-agent --sandbox` (what the server starts inside its containers)
  * also kills what a program detached from its session: see "ending
  * processes".  Without it (the host-side tests, a developer running the
- * binary) only the program's own process group is ever signalled.
+ * binary) only the program's own process group is ever signalled.  With
+ * `--memory-limit BYTES` besides, it holds the programs to that much memory
+ * (memory.h), which the container's own limit cannot tell from their files.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -61,6 +63,7 @@
 #include <unistd.h>
 
 #include "changed.h"
+#include "memory.h"
 #include "paths.h"
 #include "remove.h"
 #include "proxy.h"
@@ -87,6 +90,7 @@ struct exec {
     uint64_t cap;           /* per-stream output cap, 0 = none */
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
+    int memory_killed;      /* a process of its session was killed at the memory limit */
     int builtin;            /* the agent's own code (changed.h): starts no process */
     int save_fd[2];         /* SAVE copies of stdout/stderr, -1 = none */
     uint64_t save_cap, saved[2];
@@ -1140,8 +1144,8 @@ static void finish(struct exec *e)
         code = WEXITSTATUS(e->status);
     else if (WIFSIGNALED(e->status))
         sig = WTERMSIG(e->status);
-    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld", code, sig, e->timed_out,
-                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss);
+    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld %d", code, sig, e->timed_out,
+                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss, e->memory_killed);
     send_frame(CUBICLE_FRAME_EXIT, e->id, msg, (size_t)n);
     free(e);
 }
@@ -1163,6 +1167,27 @@ static void finish_completed(int64_t now)
     }
 }
 
+/* Is a program running?  The memory limit is watched only then. */
+static int programs_run(void)
+{
+    for (struct exec *e = execs; e; e = e->next)
+        if (!e->exited && !e->builtin)
+            return 1;
+    return 0;
+}
+
+/* Holds the programs to their memory limit (memory.h); the execution whose
+ * process it killed says so in its EXIT. */
+static void check_memory(int64_t now)
+{
+    if (!programs_run() || now < memory_due_us(now))
+        return;
+    pid_t session = memory_check(now);
+    for (struct exec *e = execs; session > 0 && e; e = e->next)
+        if (e->pid == session)
+            e->memory_killed = 1;
+}
+
 /* Milliseconds until the nearest deadline, or -1 for none. */
 static int poll_timeout(int64_t now)
 {
@@ -1173,6 +1198,9 @@ static int poll_timeout(int64_t now)
         if (t >= 0 && (next < 0 || t < next))
             next = t;
     }
+    int64_t memory = programs_run() ? memory_due_us(now) : -1;
+    if (memory >= 0 && (next < 0 || memory < next))
+        next = memory;
     if (next < 0)
         return -1;
     int64_t ms = (next - now + 999) / 1000;
@@ -1238,16 +1266,21 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
         return proxy_main(argc - 2, argv + 2);
-    if (argc == 2 && strcmp(argv[1], "--sandbox") == 0)
-        sweep_enabled = getuid() != 0;
-    else if (argc != 1) {
-        fprintf(stderr, "usage: cubicle-agent [--sandbox | --proxy PORT [ALLOW ...]]\n");
+    uint64_t memory_limit = 0;
+    int sandbox = argc >= 2 && strcmp(argv[1], "--sandbox") == 0;
+    if (!(argc == 1 || (sandbox && argc == 2) ||
+          (sandbox && argc == 4 && strcmp(argv[2], "--memory-limit") == 0 &&
+           wire_parse_u64(argv[3], &memory_limit) == 0))) {
+        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] | --proxy PORT [ALLOW ...]]\n");
         return 2;
     }
+    sweep_enabled = sandbox && getuid() != 0;
     setup();
     paths_init();
-    if (sweep_enabled)
+    if (sweep_enabled) {
         reset_snapshot();
+        memory_init(memory_limit);
+    }
     int channel = sweep_enabled ? connect_channel() : -1;
     const char *hello = channel >= 0 ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
     send_frame(CUBICLE_FRAME_HELLO, 0, hello, strlen(hello));
@@ -1288,6 +1321,7 @@ int main(int argc, char **argv)
             read_input();
         int64_t now = now_us();
         check_timeouts(now);
+        check_memory(now);
         finish_completed(now);
     }
 }

@@ -11,6 +11,8 @@
  * restored makes verification fail, and the server then removes the
  * container: failing is always safe, only slower. */
 #include "reset.h"
+#include "cgroup.h"
+#include "memory.h"
 #include "paths.h"
 
 #include <dirent.h>
@@ -342,51 +344,17 @@ static int other_processes(struct report *r, pid_t keep)
 
 /* ---- the cgroup --------------------------------------------------------- */
 
-/* The value of `key` in a "key value" file; 0 when absent, -1 if unreadable. */
-static int read_key(const char *path, const char *key, uint64_t *value)
-{
-    FILE *f = fopen_at(path);
-    char name[64];
-    unsigned long long v;
-
-    *value = 0;
-    if (!f)
-        return -1;
-    while (fscanf(f, "%63s %llu", name, &v) == 2)
-        if (strcmp(name, key) == 0)
-            *value = v;
-    fclose(f);
-    return 0;
-}
-
-/* Where each counter lives under cgroup v2 and under v1 (the names differ, the
- * meaning does not): OOM kills and OOM events, pids-limit hits, anonymous
- * memory, shared memory. */
-struct cgroup_files {
-    const char *memory_events, *oom_kill, *oom, *pids_events, *memory_stat, *anon;
-};
-
-static const struct cgroup_files cgroup_v2 = {
-    "/sys/fs/cgroup/memory.events", "oom_kill", "oom", "/sys/fs/cgroup/pids.events",
-    "/sys/fs/cgroup/memory.stat", "anon",
-};
-static const struct cgroup_files cgroup_v1 = {
-    "/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", "under_oom", "/sys/fs/cgroup/pids/pids.events",
-    "/sys/fs/cgroup/memory/memory.stat", "rss",
-};
-
 static struct cgroup_state read_cgroup(void)
 {
-    const struct cgroup_files *f =
-        access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? &cgroup_v2 : &cgroup_v1;
+    const struct cgroup_files *f = cgroup_files();
     struct cgroup_state s = { 0 };
     uint64_t kills = 0, ooms = 0, anon = 0, shmem = 0;
 
-    s.ok = read_key(f->memory_events, f->oom_kill, &kills) == 0 &&
-           read_key(f->memory_events, f->oom, &ooms) == 0 &&
-           read_key(f->pids_events, "max", &s.pids_max) == 0 &&
-           read_key(f->memory_stat, f->anon, &anon) == 0 &&
-           read_key(f->memory_stat, "shmem", &shmem) == 0;
+    s.ok = cgroup_read_key(f->memory_events, f->oom_kill, &kills) == 0 &&
+           cgroup_read_key(f->memory_events, f->oom, &ooms) == 0 &&
+           cgroup_read_key(f->pids_events, "max", &s.pids_max) == 0 &&
+           cgroup_read_key(f->memory_stat, f->anon, &anon) == 0 &&
+           cgroup_read_key(f->memory_stat, "shmem", &shmem) == 0;
     s.oom_kills = kills + ooms;
     s.memory = anon + shmem;
     return s;
@@ -488,6 +456,8 @@ void reset_verify(char *buf, size_t size, pid_t keep, void (*reap)(void))
     else {
         if (now.oom_kills != baseline.oom_kills)
             note(&r, "the memory limit was hit (OOM)");
+        if (memory_kills())
+            note(&r, "the programs' memory limit was hit");
         if (now.pids_max != baseline.pids_max)
             note(&r, "the process limit was hit");
         /* the zygote started after the snapshot; it keeps its memory */

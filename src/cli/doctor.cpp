@@ -111,12 +111,15 @@ asio::awaitable<void> check_sandbox(Report& report, sandbox::Manager& manager, c
         std::istringstream lines(result.stdout_text);
         std::string version, memory, pids, quota, period;
         lines >> version >> memory >> pids >> quota >> period;
-        // The workspace's tmpfs is charged to the sandbox on top of what its programs may use.
-        auto want_memory = std::to_string(static_cast<std::int64_t>(config.memory_mb + config.disk_mb) * 1024 * 1024);
+        // The cgroup holds the hard ceiling (programs, files, the sandbox's own
+        // processes); the agent holds the programs to memory_mb.
+        auto limits = manager.memory_limits(box->spec());
+        auto want_memory = std::to_string(static_cast<std::int64_t>(limits.ceiling_mb) * 1024 * 1024);
         double cpus = quota == "max" || quota == "-1" || period.empty() ? 0 : std::stod(quota) / std::stod(period);
         if (memory == want_memory && pids == std::to_string(config.pids_limit) && std::abs(cpus - config.cpus) < 0.01) {
-            report.pass(fmt::format("limits enforced in the sandbox's cgroup ({}): memory {} MiB (+{} MiB workspace), {} processes, {:g} CPUs",
-                                    version, config.memory_mb, config.disk_mb, config.pids_limit, cpus));
+            report.pass(fmt::format("limits enforced: programs' memory {} MiB (by the agent), {} processes, {:g} CPUs; "
+                                    "hard memory ceiling {} MiB with files and the sandbox's own processes (cgroup {})",
+                                    limits.programs_mb, config.pids_limit, cpus, limits.ceiling_mb, version));
         } else {
             report.fail(fmt::format("limits not enforced as set: the sandbox's cgroup ({}) says memory {}, pids {}, cpu {} {}", version, memory,
                                     pids, quota, period),

@@ -59,7 +59,7 @@ std::string encode_save(std::uint32_t id, std::uint64_t cap, std::string_view di
 
 std::optional<ExitStatus> parse_exit(std::string_view payload) {
     ExitStatus status;
-    std::int64_t fields[6];
+    std::int64_t fields[7];
     const char* p = payload.data();
     const char* end = p + payload.size();
     for (auto& field : fields) {
@@ -74,6 +74,7 @@ std::optional<ExitStatus> parse_exit(std::string_view payload) {
     status.truncated = fields[3] != 0;
     status.duration_us = static_cast<std::uint64_t>(fields[4]);
     status.max_rss_kb = static_cast<std::uint64_t>(fields[5]);
+    status.memory_limit = fields[6] != 0;
     return status;
 }
 

@@ -55,6 +55,7 @@ struct ExitStatus {
     bool truncated = false;
     std::uint64_t duration_us = 0;
     std::uint64_t max_rss_kb = 0;
+    bool memory_limit = false;  // a process of the run was killed at the programs' memory limit
 };
 
 std::optional<ExitStatus> parse_exit(std::string_view payload);

@@ -72,6 +72,8 @@ public:
         pool_started_ = true;
         pools_.start();
     }
+    // What a sandbox's programs may hold, and its container's hard limit (policy.hpp).
+    MemoryLimits memory_limits(const SandboxSpec& spec) const { return sandbox::memory_limits(spec, docker_.engine()); }
     const std::string& default_image() const { return config_.default_image; }
     int pool_size() const { return config_.pool_size; }
     // Summed over the pools of every profile.

@@ -14,6 +14,10 @@ namespace {
 constexpr std::int64_t mib = 1024 * 1024;
 constexpr std::int64_t max_file_bytes = 1024 * mib;  // fsize: no single file over 1 GiB
 constexpr std::int64_t open_files = 1024;
+// The sandbox's own processes under the hard memory limit: the agent, the zygote
+// with Python's data stack imported (~75 MiB), page tables and kernel memory, and
+// what a program allocates between two of the agent's checks.
+constexpr int own_processes_mb = 128;
 
 // Podman's default for root (1048576) cannot be set here; this is far above any PidsLimit.
 constexpr std::int64_t podman_nproc = 32768;
@@ -56,6 +60,12 @@ void our_labels(json::Writer& w, const std::string& instance) {
 
 } // namespace
 
+MemoryLimits memory_limits(const SandboxSpec& spec, const docker::Engine& engine) {
+    auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
+    return {.programs_mb = spec.memory_mb,
+            .ceiling_mb = spec.memory_mb + spec.disk_mb + spec.tmp_size_mb + own_processes_mb + overhead.memory_mb};
+}
+
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
                              const docker::Engine& engine, const std::string& agent_volume, const std::string& agent_channel) {
     json::Writer w;
@@ -68,6 +78,7 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
         // --sandbox: here every process of the sandbox user belongs to the
         // sandbox, so the agent may kill what a program detached (never on a host).
         w.value(agent_path).value(agent_sandbox_flag);
+        w.value(agent_memory_flag).value(std::to_string(static_cast<std::int64_t>(spec.memory_mb) * mib));
     } else {
         w.value("/bin/sh").value("-c").value("while read -r _; do :; done");
     }
@@ -110,9 +121,8 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     // The runtime's own tasks and memory (gVisor's) come on top of what the sandbox's programs may use.
     auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
     w.field("PidsLimit", static_cast<std::int64_t>(spec.pids_limit) + overhead.pids);
-    // The workspace's tmpfs pages are charged to the sandbox: its quota comes on top
-    // of what its programs may use.
-    auto memory = (static_cast<std::int64_t>(spec.memory_mb) + spec.disk_mb + overhead.memory_mb) * mib;
+    // The hard limit: programs, files and the sandbox's own processes (memory_limits).
+    auto memory = static_cast<std::int64_t>(memory_limits(spec, engine).ceiling_mb) * mib;
     w.field("Memory", memory);
     w.field("MemorySwap", memory);  // equal to Memory: no swap
     w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));

@@ -16,6 +16,8 @@ inline constexpr const char* agent_path = "/opt/cubicle/agent";
 // Tells the agent it runs in a container of ours as a uid nothing else uses,
 // which lets it kill every process of that uid a run left behind.
 inline constexpr const char* agent_sandbox_flag = "--sandbox";
+// Followed by a number of bytes: what the sandbox's programs may hold (agent/memory.h).
+inline constexpr const char* agent_memory_flag = "--memory-limit";
 inline constexpr unsigned sandbox_uid = 1000;
 inline constexpr unsigned sandbox_gid = 1000;
 
@@ -42,6 +44,16 @@ struct SandboxSpec {
     // The OCI runtime (runsc for gVisor); empty: the engine's default.
     std::string runtime;
 };
+
+// Memory in MiB: what the sandbox's programs may hold (memory_mb, enforced by the agent:
+// agent/memory.h), and the container's hard limit that protects the host, which
+// also holds its files (the workspace and /tmp are tmpfs, charged to its cgroup),
+// its own processes (agent, zygote) and the runtime's overhead.
+struct MemoryLimits {
+    int programs_mb;
+    int ceiling_mb;
+};
+MemoryLimits memory_limits(const SandboxSpec& spec, const docker::Engine& engine = {});
 
 // The JSON body of POST /containers/create for `spec`. Without `agent` the
 // main process is a shell that only waits for its stdin to close (exec fallback).

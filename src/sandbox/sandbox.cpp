@@ -348,6 +348,12 @@ void Sandbox::deliver_output(Pending& target, bool is_stdout, std::string_view d
     if (target.sink) target.sink(is_stdout ? docker::StreamKind::stdout_ : docker::StreamKind::stderr_, data);
 }
 
+std::string Sandbox::memory_limit_note() const {
+    return fmt::format("\n[cubicle] stopped at the memory limit of {} MiB for the sandbox's programs; "
+                       "a sandbox with more comes from initialize_sandbox {{\"memory_mb\": N}} (up to the server's ceiling)\n",
+                       spec_.memory_mb);
+}
+
 void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error) {
     auto it = interpreters_.find(language);
     if (it == interpreters_.end() || it->second->exec_id != exec_id) return;
@@ -359,6 +365,8 @@ void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_
     if (status) {
         cell->result.status.exit_code = status->exit_code;
         cell->result.status.signal = status->signal;
+        cell->result.status.memory_limit = status->memory_limit;
+        if (status->memory_limit) deliver_output(*cell, false, memory_limit_note());
     }
     cell->error = std::move(error);
     cell->result.state_lost = true;
@@ -417,6 +425,7 @@ void Sandbox::dispatch(agent::Frame frame) {
             break;
         }
         if (status) {
+            if (status->memory_limit) deliver_output(pending, false, memory_limit_note());
             bool truncated = pending.result.status.truncated || status->truncated;
             pending.result.status = *status;
             pending.result.status.truncated = truncated;

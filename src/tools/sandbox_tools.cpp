@@ -445,8 +445,9 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
 
 // ---- get_sandbox_status -------------------------------------------------------
 
-void write_status(json::Writer& w, const Sandbox& box) {
+void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& manager) {
     const auto& s = box.spec();
+    auto memory = manager.memory_limits(s);
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
     w.begin_object();
     w.field("sandbox_id", box.id()).field("container_id", box.container_id());
@@ -454,7 +455,8 @@ void write_status(json::Writer& w, const Sandbox& box) {
     w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : "persistent");
     w.field("workspace", box.workspace());
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
-    w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit);
+    w.field("memory_mb", memory.programs_mb).field("memory_ceiling_mb", memory.ceiling_mb);
+    w.field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
     w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
@@ -467,9 +469,9 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
     json::Writer w;
     w.begin_object().key("sandboxes").begin_array();
     if (auto id = args.string("sandbox_id")) {
-        write_status(w, *env.manager.get(*id, context->principal()));
+        write_status(w, *env.manager.get(*id, context->principal()), env.manager);
     } else {
-        for (const auto& box : env.manager.list(context->principal())) write_status(w, *box);
+        for (const auto& box : env.manager.list(context->principal())) write_status(w, *box, env.manager);
     }
     w.end_array().end_object();
     co_return structured(w.take());
@@ -526,7 +528,9 @@ constexpr std::string_view sandbox_status_properties = R"(
         "kind": {"type": "string", "enum": ["persistent", "throwaway", "workspace"]},
         "workspace": {"type": "string"},
         "image": {"type": "string"}, "age_s": {"type": "number"}, "network": {"type": "boolean"},
-        "memory_mb": {"type": "integer"}, "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
+        "memory_mb": {"type": "integer", "description": "What the sandbox's programs may hold in MiB; a process past it is killed with exit code 137"},
+        "memory_ceiling_mb": {"type": "integer", "description": "The container's hard memory limit in MiB: programs, files in /workspace and /tmp (held in memory), and the sandbox's own processes"},
+        "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
         "running_executions": {"type": "integer"},
         "executor": {"type": "string", "enum": ["agent", "exec"], "description": "How programs run: agent, the in-sandbox agent; or exec, Docker exec where the agent cannot run in the image, with no persistent interpreters and a timeout that stops the sandbox"},
         "agent_channel": {"type": "string", "enum": ["socket", "attach", "none"], "description": "How the server speaks to the agent: socket, a Unix socket of its own mounted into the container; attach, the engine's attach stream; none, no agent: exec"},
@@ -573,11 +577,11 @@ std::vector<mcp::Tool> tools_of(Env env) {
         .input_schema = object_schema(fmt::format(R"(
             "image": {{"type": "string", "description": "Docker image; default {}"}},
             "network": {{"type": "boolean", "default": false, "description": "Give the sandbox network access, if the server allows it"}},
-            "memory_mb": {{"type": "integer", "minimum": 16, "description": "Memory limit in MiB; default {}, at most the server's ceiling"}},
+            "memory_mb": {{"type": "integer", "minimum": 16, "description": "What the sandbox's programs may hold in MiB (files in /workspace and /tmp do not count); a process past it is killed with exit code 137; default {}, at most the server's ceiling"}},
             "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}, at most the server's ceiling"}},
             "pids_limit": {{"type": "integer", "minimum": 8, "description": "Most processes at once; default {}, at most the server's ceiling"}},
-            "tmp_size_mb": {{"type": "integer", "minimum": 1, "description": "Size of /tmp in MiB, held in memory and counted in memory_mb; default {}, at most the server's ceiling"}},
-            "disk_mb": {{"type": "integer", "minimum": 1, "description": "Size of /workspace in MiB, held in memory and added to the memory limit; default {}, at most the server's ceiling"}},
+            "tmp_size_mb": {{"type": "integer", "minimum": 1, "description": "Size of /tmp in MiB, held in memory beside memory_mb; default {}, at most the server's ceiling"}},
+            "disk_mb": {{"type": "integer", "minimum": 1, "description": "Size of /workspace in MiB, held in memory beside memory_mb; default {}, at most the server's ceiling"}},
             "files_limit": {{"type": "integer", "minimum": 100, "description": "Most files and directories in /workspace; default {}, at most the server's ceiling"}},
             "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
             "stateful": {{"type": "boolean", "default": true, "description": "{} keep variables between execute_code calls, in one persistent interpreter per language; the others run a fresh process each call"}},

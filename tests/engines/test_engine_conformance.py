@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import INSTANCE_LABEL, MANAGED_LABEL, RawServer, server_args, server_env, start_server, wait_until
+from conftest import INSTANCE_LABEL, LEAK, MANAGED_LABEL, OWN_PROCESSES_MB, RawServer, assert_stopped_at_the_limit, server_args, server_env, start_server, wait_until
 from engines.conftest import Engine, no_tar_image
 
 pytestmark = pytest.mark.timeout(240)
@@ -123,13 +123,19 @@ async def test_limits_enforced(engine: Engine, srv):
         r = await srv.sh(sid, READ_LIMITS)
         memory, pids = r["stdout"].split()
         overhead_pids, overhead_mb = (64, 64) if engine.runtime == "runsc" else (0, 0)
+        # The hard ceiling: programs, files (workspace, the default 256 MiB /tmp) and the sandbox's own processes.
+        ceiling_mb = MEMORY_MB + DISK_MB + 256 + OWN_PROCESSES_MB + overhead_mb
+        status = (await srv.ok("get_sandbox_status", {"sandbox_id": sid}))["sandboxes"][0]
+        assert status["memory_mb"] == MEMORY_MB and status["memory_ceiling_mb"] == ceiling_mb, status
         if memory != "-":
-            assert int(memory) == (MEMORY_MB + DISK_MB + overhead_mb) << 20, r
+            assert int(memory) == ceiling_mb << 20, r
         if pids != "-":
             assert int(pids) == PIDS + overhead_pids, r
         host = json.loads(engine.cli("inspect", "--format", "{{json .HostConfig}}", box["container_id"]).stdout)
-        assert host["PidsLimit"] == PIDS + overhead_pids and host["Memory"] == (MEMORY_MB + DISK_MB + overhead_mb) << 20, host
-        # Enforced, not only set: more memory than the limit is refused or killed.
+        assert host["PidsLimit"] == PIDS + overhead_pids and host["Memory"] == ceiling_mb << 20, host
+        # Enforced, not only set: a leaking program is stopped at memory_mb, not at the ceiling.
+        sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": LEAK, "fresh": True, "timeout_s": 60}, timeout=90)
+        assert_stopped_at_the_limit(sc, MEMORY_MB)
         code = "x = bytearray(512 * 1024 * 1024)\nprint('allocated')"
         await over_the_limit(engine, srv, {"sandbox_id": sid, "code": code, "timeout_s": 30})
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agent_wire import ERROR, EXIT, HDR, RUN, STDOUT, encode_frame, encode_run
-from conftest import IMAGE, docker_inspect, start_server
+from conftest import IMAGE, LEAK, OWN_PROCESSES_MB, assert_stopped_at_the_limit, docker_inspect, start_server
 
 MiB = 1024 * 1024
 
@@ -254,7 +254,7 @@ async def test_client_cannot_lift_resource_ceilings(sandbox_image):
             assert kind == "isError" and flag in text and "ceiling" in text, (arg, text)
         async with s.sandbox(memory_mb=256, cpus=1, pids_limit=128, tmp_size_mb=64) as sb:
             host = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
-            assert host["Memory"] == (256 + 1024) * MiB and host["NanoCpus"] == 10**9 and host["PidsLimit"] == 128, host
+            assert host["Memory"] == (256 + 1024 + 64 + OWN_PROCESSES_MB) * MiB and host["NanoCpus"] == 10**9 and host["PidsLimit"] == 128, host
             assert "size=64m" in host["Tmpfs"]["/tmp"], host
 
 
@@ -309,7 +309,7 @@ async def test_workspace_quota_holds(sandbox_image):
         sid = sb["sandbox_id"]
         try:
             host = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
-            assert host["Memory"] == (512 + 64) * MiB, host  # the quota is memory, added on top
+            assert host["Memory"] == (512 + 64 + 256 + OWN_PROCESSES_MB) * MiB, host  # the quota is memory, in the ceiling
             r = await s.sh(sid, "head -c 2147483648 /dev/zero > big; echo rc=$?; du -sm big", timeout_s=60)
             assert "No space left on device" in r["stderr"] and int(r["stdout"].split()[-2]) <= 64, r
             fill = ("import os\nos.mkdir('many')\nn = 0\ntry:\n    while n < 1000000:\n"
@@ -345,3 +345,41 @@ async def test_workspaces_cannot_list_each_other(srv):
     finally:
         for w in (a, b):
             await srv.call("stop_sandbox", {"sandbox_id": w["sandbox_id"]}, timeout=30)
+
+
+# --------------------------------------------------------------------------
+# 7. memory_mb is what the programs hold: files never count, and the
+#    container's hard ceiling holds programs, files and the sandbox's own
+# --------------------------------------------------------------------------
+
+async def test_memory_mb_is_the_programs_memory(sandbox_image):
+    async with start_server("--pool-size", "0", "--memory-mb", "256", "--tmp-size-mb", "64",
+                            tag="containment-memory") as s:
+        # A throwaway run (forked from the zygote) stops at the server's --memory-mb.
+        sc = await s.ok("execute_code", {"code": LEAK, "timeout_s": 60}, timeout=90)
+        assert_stopped_at_the_limit(sc, 256)
+        async with s.sandbox(memory_mb=192, disk_mb=512) as sb:
+            sid = sb["sandbox_id"]
+            ceiling = 192 + 512 + 64 + OWN_PROCESSES_MB
+            status = (await s.ok("get_sandbox_status", {"sandbox_id": sid}))["sandboxes"][0]
+            assert status["memory_mb"] == 192 and status["memory_ceiling_mb"] == ceiling, status
+            host = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
+            assert host["Memory"] == host["MemorySwap"] == ceiling * MiB, host
+            # Files get their whole quota, and do not count against the programs.
+            r = await s.sh(sid, "head -c 500m /dev/zero > big && head -c 60m /dev/zero > /tmp/big && echo filled")
+            assert r["stdout"] == "filled\n", r
+            sc = await s.ok("execute_code", {"sandbox_id": sid, "fresh": True, "timeout_s": 60,
+                                             "code": "x = b'x' * (150 << 20)\nprint('held', len(x) >> 20)"}, timeout=90)
+            assert sc["stdout"] == "held 150\n" and sc["exit_code"] == 0, sc
+            # A fresh program and the persistent interpreter stop at memory_mb, files in place.
+            sc = await s.ok("execute_code", {"sandbox_id": sid, "code": LEAK, "fresh": True, "timeout_s": 60}, timeout=90)
+            assert_stopped_at_the_limit(sc, 192)
+            sc = await s.ok("execute_code", {"sandbox_id": sid, "code": LEAK, "timeout_s": 60}, timeout=90)
+            assert sc["state_lost"], sc
+            assert_stopped_at_the_limit(sc, 192)
+            # A child of a command is stopped the same way, and the command goes on.
+            await s.ok("write_file", {"sandbox_id": sid, "path": "leak.py", "content": LEAK})
+            r = await s.sh(sid, "python3 leak.py > /dev/null; echo child=$?; du -sm big | cut -f1")
+            assert r["stdout"] == "child=137\n500\n" and "memory limit of 192 MiB" in r["stderr"], r
+            sc = await s.ok("execute_code", {"sandbox_id": sid, "code": "print('fresh interpreter')"})
+            assert sc["stdout"] == "fresh interpreter\n", sc

@@ -12,8 +12,11 @@ SECRET_ENV = {"CUBICLE_SECRET_TEST": "leak", "CUBICLE_SECRET_OTHER": "leak2"}
 SANDBOX_ENV = {"SANDBOX_VISIBLE": "yes-visible", "WITH_SPACES": "two words = ok"}
 
 MiB = 1024 * 1024
-# The default --disk-mb: the workspace is a tmpfs, charged to and added to the memory limit.
-WORKSPACE_MB = 1024
+# The container's hard memory ceiling with the defaults: the programs' 512 MiB, the
+# workspace's 1024 and /tmp's 256 (tmpfs, charged to the sandbox) and 128 MiB for the
+# sandbox's own processes (sandbox/policy.cpp).
+FILES_AND_OWN_MB = 1024 + 256 + 128
+CEILING_MB = 512 + FILES_AND_OWN_MB
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +98,7 @@ def test_pids_limit(hc):
 
 
 def test_memory_and_swap(hc, sandbox):
-    assert hc.get("Memory") == (512 + WORKSPACE_MB) * MiB, hc.get("Memory")
+    assert hc.get("Memory") == CEILING_MB * MiB, hc.get("Memory")
     assert hc.get("MemorySwap") == hc.get("Memory"), (hc.get("Memory"), hc.get("MemorySwap"))
     assert sandbox["memory_mb"] == 512
 
@@ -194,7 +197,7 @@ async def test_inside_memory_limit(srv, sandbox):
         sandbox["sandbox_id"],
         "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
     )
-    assert r["stdout"].strip() == str((512 + WORKSPACE_MB) * MiB), r
+    assert r["stdout"].strip() == str(CEILING_MB * MiB), r
 
 
 async def test_inside_ulimits(srv, sandbox):
@@ -289,7 +292,7 @@ async def test_per_sandbox_limits(srv):
     sb = await srv.new_sandbox(memory_mb=128, cpus=0.5)
     try:
         hc = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
-        assert hc["Memory"] == (128 + WORKSPACE_MB) * MiB and hc["MemorySwap"] == (128 + WORKSPACE_MB) * MiB, (hc["Memory"], hc["MemorySwap"])
+        assert hc["Memory"] == (128 + FILES_AND_OWN_MB) * MiB and hc["MemorySwap"] == (128 + FILES_AND_OWN_MB) * MiB, (hc["Memory"], hc["MemorySwap"])
         assert hc["NanoCpus"] == 500_000_000, hc["NanoCpus"]
         assert hc["ReadonlyRootfs"] is True and "ALL" in [c.upper() for c in hc["CapDrop"]]
     finally:
@@ -302,7 +305,7 @@ async def test_server_flags_change_defaults(sandbox_image):
         try:
             assert sb["memory_mb"] == 300 and float(sb["cpus"]) == 0.5, sb
             hc = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
-            assert hc["Memory"] == (300 + WORKSPACE_MB) * MiB and hc["MemorySwap"] == (300 + WORKSPACE_MB) * MiB
+            assert hc["Memory"] == (300 + FILES_AND_OWN_MB) * MiB and hc["MemorySwap"] == (300 + FILES_AND_OWN_MB) * MiB
             assert hc["NanoCpus"] == 500_000_000
             assert hc["PidsLimit"] == 100
         finally:
@@ -316,7 +319,7 @@ async def test_env_vars_change_defaults(sandbox_image):
         try:
             assert sb["image"] == IMAGE and sb["memory_mb"] == 200, sb
             hc = (await asyncio.to_thread(docker_inspect, sb["container_id"]))["HostConfig"]
-            assert hc["Memory"] == (200 + WORKSPACE_MB) * MiB
+            assert hc["Memory"] == (200 + FILES_AND_OWN_MB) * MiB
             assert hc["NanoCpus"] == 250_000_000
         finally:
             await s.ok("stop_sandbox", {"sandbox_id": sb["sandbox_id"]})

@@ -253,7 +253,7 @@ TEST(AgentEncodeRun, ArgumentsWithSpecialBytesKeptVerbatim) {
 TEST(AgentDecoder, DecodesEncodedFrames) {
     agent::Decoder d;
     d.feed(agent::encode(agent::FrameType::hello, 0, "v1") + agent::encode(agent::FrameType::stdout_, 5, "out") +
-           agent::encode(agent::FrameType::exit, 5, "0 0 0 0 10 20"));
+           agent::encode(agent::FrameType::exit, 5, "0 0 0 0 10 20 0"));
     auto a = d.next();
     ASSERT_TRUE(a);
     EXPECT_EQ(a->type, agent::FrameType::hello);
@@ -267,7 +267,7 @@ TEST(AgentDecoder, DecodesEncodedFrames) {
     auto c = d.next();
     ASSERT_TRUE(c);
     EXPECT_EQ(c->type, agent::FrameType::exit);
-    EXPECT_EQ(c->payload, "0 0 0 0 10 20");
+    EXPECT_EQ(c->payload, "0 0 0 0 10 20 0");
     EXPECT_FALSE(d.next());
     EXPECT_FALSE(d.next());
 }
@@ -332,7 +332,7 @@ TEST(AgentDecoder, OversizedLengthThrows) {
 }
 
 TEST(AgentParseExit, GoodPayloads) {
-    auto s = agent::parse_exit("0 0 0 0 1234 5678");
+    auto s = agent::parse_exit("0 0 0 0 1234 5678 0");
     ASSERT_TRUE(s);
     EXPECT_EQ(s->exit_code, 0);
     EXPECT_EQ(s->signal, 0);
@@ -340,8 +340,9 @@ TEST(AgentParseExit, GoodPayloads) {
     EXPECT_FALSE(s->truncated);
     EXPECT_EQ(s->duration_us, 1234u);
     EXPECT_EQ(s->max_rss_kb, 5678u);
+    EXPECT_FALSE(s->memory_limit);
 
-    auto k = agent::parse_exit("-1 9 1 1 30000000 12");
+    auto k = agent::parse_exit("-1 9 1 1 30000000 12 1");
     ASSERT_TRUE(k);
     EXPECT_EQ(k->exit_code, -1);
     EXPECT_EQ(k->signal, 9);
@@ -349,8 +350,9 @@ TEST(AgentParseExit, GoodPayloads) {
     EXPECT_TRUE(k->truncated);
     EXPECT_EQ(k->duration_us, 30000000u);
     EXPECT_EQ(k->max_rss_kb, 12u);
+    EXPECT_TRUE(k->memory_limit);
 
-    auto e = agent::parse_exit("42 0 0 1 1 2");
+    auto e = agent::parse_exit("42 0 0 1 1 2 0");
     ASSERT_TRUE(e);
     EXPECT_EQ(e->exit_code, 42);
     EXPECT_TRUE(e->truncated);
@@ -358,7 +360,7 @@ TEST(AgentParseExit, GoodPayloads) {
 }
 
 TEST(AgentParseExit, BadPayloads) {
-    for (std::string bad : {""s, "0"s, "0 0 0 0 1"s, "a b c d e f"s, "0 0 0 0 1 x"s, "0,0,0,0,1,2"s, " "s}) {
+    for (std::string bad : {""s, "0"s, "0 0 0 0 1"s, "a b c d e f"s, "0 0 0 0 1 x"s, "0 0 0 0 1 2"s, "0 0 0 0 1 2 x"s, "0,0,0,0,1,2"s, " "s}) {
         EXPECT_FALSE(agent::parse_exit(bad)) << bad;
     }
 }

@@ -1,0 +1,172 @@
+/* The program's memory limit: see memory.h. */
+#include "memory.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "paths.h"
+#include "zygote.h"
+
+#define MIB (1024 * 1024)
+/* The next check comes after a millisecond per this much room left under the
+ * limit (at least one, at most MAX_INTERVAL_MS): the room left shrinks
+ * geometrically under any steady leak, so the last check before the limit is
+ * a millisecond before it. */
+#define ROOM_PER_MS (16 * MIB)
+#define MAX_INTERVAL_MS 50
+
+static uint64_t limit;
+static int from_cgroup;   /* the cgroup's anonymous memory, else the processes' sum */
+static int64_t due_us = -1;
+static pid_t victim;      /* killed for the limit and not gone yet */
+static long page_size;
+static unsigned kills;
+
+void memory_init(uint64_t bytes)
+{
+    limit = bytes;
+    due_us = bytes ? 0 : -1;
+    page_size = sysconf(_SC_PAGESIZE);
+    /* A cgroup without a limit is not the container's (gVisor's view, or a
+     * host's): its counters would be the whole machine's. */
+    uint64_t anon;
+    from_cgroup = cgroup_memory_limit() != 0 && cgroup_read_key(cgroup_files()->memory_stat, cgroup_files()->anon, &anon) == 0;
+}
+
+int64_t memory_due_us(int64_t now_us)
+{
+    /* Checks stop while nothing runs: the first after a pause comes a
+     * millisecond in, so that a run shorter than that costs no check. */
+    if (due_us >= 0 && due_us + 1000 * MAX_INTERVAL_MS < now_us)
+        due_us = now_us + 1000;
+    return due_us;
+}
+
+unsigned memory_kills(void) { return kills; }
+
+/* A process's resident anonymous pages in bytes (statm: resident less shared,
+ * the latter being its file and shmem pages); 0 when it is gone or a zombie. */
+static uint64_t process_anon(pid_t pid)
+{
+    char path[64], buf[256];
+    unsigned long size, resident, shared;
+
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    if (sscanf(buf, "%lu %lu %lu", &size, &resident, &shared) != 3 || resident < shared)
+        return 0;
+    return (uint64_t)(resident - shared) * (uint64_t)page_size;
+}
+
+/* Calls fn for every process of our uid but us and the zygote. */
+static void each_program_process(void (*fn)(pid_t pid, uint64_t anon, void *arg), void *arg)
+{
+    DIR *d = opendir_at("/proc");
+    struct dirent *de;
+    pid_t self = getpid(), zygote = zygote_pid();
+    uid_t me = getuid();
+
+    if (!d)
+        return;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        struct stat st;
+        if (*end || pid <= 1 || pid == self || pid == zygote ||
+            fstatat(dirfd(d), de->d_name, &st, 0) < 0 || st.st_uid != me)
+            continue;
+        fn((pid_t)pid, process_anon((pid_t)pid), arg);
+    }
+    closedir(d);
+}
+
+static void add_anon(pid_t pid, uint64_t anon, void *sum)
+{
+    (void)pid;
+    *(uint64_t *)sum += anon;
+}
+
+/* What the programs hold, in bytes. */
+static uint64_t programs_memory(void)
+{
+    uint64_t anon = 0;
+
+    if (!from_cgroup) {
+        each_program_process(add_anon, &anon);
+        return anon;
+    }
+    if (cgroup_read_key(cgroup_files()->memory_stat, cgroup_files()->anon, &anon) < 0)
+        return 0;
+    uint64_t ours = process_anon(getpid()) + (zygote_pid() > 0 ? process_anon(zygote_pid()) : 0);
+    return anon > ours ? anon - ours : 0;
+}
+
+struct largest { pid_t pid; uint64_t anon; };
+
+static void keep_largest(pid_t pid, uint64_t anon, void *arg)
+{
+    struct largest *l = arg;
+    if (anon > l->anon)
+        *l = (struct largest){ pid, anon };
+}
+
+/* The session of a process, or 0 when it is gone. */
+static pid_t session_of(pid_t pid)
+{
+    char path[64], buf[512];
+    int ppid, pgrp, session;
+    char state;
+
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');   /* comm may hold anything */
+    if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
+        return 0;
+    return session;
+}
+
+pid_t memory_check(int64_t now_us)
+{
+    if (!limit)
+        return 0;
+    uint64_t used = programs_memory();
+    uint64_t room = used < limit ? limit - used : 0;
+    int64_t interval_ms = (int64_t)(room / ROOM_PER_MS);
+    due_us = now_us + 1000 * (interval_ms < 1 ? 1 : interval_ms > MAX_INTERVAL_MS ? MAX_INTERVAL_MS : interval_ms);
+    if (used <= limit)
+        return 0;
+    /* One kill at a time: the victim's memory is freed only once it is gone. */
+    if (victim > 0 && process_anon(victim) > 0)
+        return 0;
+    struct largest l = { 0, 0 };
+    each_program_process(keep_largest, &l);
+    victim = l.pid;
+    pid_t session = victim > 0 ? session_of(victim) : 0;
+    if (victim <= 0 || kill(victim, SIGKILL) < 0)
+        return 0;
+    kills++;
+    fprintf(stderr, "cubicle-agent: the programs held %llu MiB, over their limit of %llu MiB: killed process %d\n",
+            (unsigned long long)(used / MIB), (unsigned long long)(limit / MIB), (int)victim);
+    return session;
+}
