@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "docker/client.hpp"
 #include "mcp/session.hpp"
 #include "sandbox/manager.hpp"
+#include "tools/catalogue.hpp"
 #include "tools/groups.hpp"
 #include "tools/tools.hpp"
 
@@ -239,6 +241,19 @@ TEST(Golden, ChosenGroupsOnly) {
     config.tool_groups = {"files", "packages"};
     config.allow_host_dirs = {"/tmp"};  // --tools wins over the default set's additions
     EXPECT_EQ(tool_names(config), (std::vector<std::string>{"write_file", "read_file", "list_files", "clean_workspace", "install_package"}));
+}
+
+TEST(Golden, PlaceholdersFilledFromConfig) {
+    Config config;
+    config.memory_mb = 300;
+    config.default_image = "img\"quoted";
+    EXPECT_EQ(tools::fill_placeholders("default {memory_mb} MiB, {default_image}", config, false), "default 300 MiB, img\"quoted");
+    EXPECT_EQ(tools::fill_placeholders(R"({"d":"{default_image}","n":{},"p":"^[0-7]{3,4}$"})", config, true),
+              R"({"d":"img\"quoted","n":{},"p":"^[0-7]{3,4}$"})");
+    auto names = tools::fill_placeholders(R"({"enum":["{language_names}"]})", config, true);
+    EXPECT_EQ(names.rfind(R"({"enum":["python",)", 0), 0u) << names;
+    EXPECT_THROW(tools::fill_placeholders("{no_such_value}", config, false), std::logic_error);
+    EXPECT_THROW(tools::fill_placeholders("{language_names}", config, false), std::logic_error);
 }
 
 TEST(Golden, EveryGroupHasTools) {
