@@ -16,14 +16,13 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "cli/commands.hpp"
 #include "config.hpp"
 
 using namespace cubicle;
 
 namespace {
 
-// The subcommands next to serving (issue #10); the man page describes them.
-constexpr std::string_view subcommands[] = {"image", "doctor"};
 
 bool takes_directory(const OptionDoc& option) { return option.value_name == "DIR"; }
 bool repeatable(const OptionDoc& option) { return option.help.find("repeatable") != std::string_view::npos; }
@@ -86,7 +85,12 @@ int bash() {
         list += fmt::format("{}{}", list.empty() ? "" : "|", option.flag);
     }
     std::string commands;
-    for (auto command : subcommands) commands += fmt::format("{}{}", commands.empty() ? "" : " ", command);
+    for (const auto& command : cli::subcommands) {
+        // Each first word once: `image` has several.
+        if (fmt::format(" {} ", commands).find(fmt::format(" {} ", command.name)) == std::string::npos) {
+            commands += fmt::format("{}{}", commands.empty() ? "" : " ", command.name);
+        }
+    }
     std::cout << fmt::format(
         R"(# bash completion for cubicle (generated from its option table)
 _cubicle()

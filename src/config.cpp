@@ -13,6 +13,9 @@
 
 #include <fmt/format.h>
 
+#include "cli/commands.hpp"
+#include "tools/groups.hpp"
+
 namespace cubicle {
 namespace {
 
@@ -82,7 +85,7 @@ struct Option {
     std::string_view flag;     // --flag
     std::string_view env;      // CUBICLE_*
     std::string_view value_name;  // empty for a switch
-    std::string_view help;
+    std::string help;
     std::function<void(Config&, std::string_view)> apply;
 };
 
@@ -201,6 +204,22 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.pool_refill = parse_number("--pool-refill", v, 1, 64); }},
         {"--pool-idle-s", "CUBICLE_POOL_IDLE_S", "N", "empty the pool after this long unused",
          [](Config& c, std::string_view v) { c.pool_idle_s = parse_number("--pool-idle-s", v, 1, 86400 * 7); }},
+        {"--tools", "CUBICLE_TOOLS", "GROUP[,GROUP...]",
+         fmt::format("the tool groups to list: {} (default: run, files and runs; host too with --allow-host-dir, packages with "
+                     "--allow-network)",
+                     tools::group_names()),
+         [](Config& c, std::string_view v) {
+             c.tool_groups.clear();
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(',', start), v.size());
+                 auto name = v.substr(start, end - start);
+                 if (!tools::is_group_name(name)) {
+                     throw std::invalid_argument(fmt::format("--tools: '{}' is not a tool group; the groups are {}", name, tools::group_names()));
+                 }
+                 c.tool_groups.emplace_back(name);
+                 start = end + 1;
+             }
+         }},
         {"--log-level", "CUBICLE_LOG_LEVEL", "LEVEL", "debug, info, warning or error (to stderr)",
          [](Config& c, std::string_view v) {
              if (v != "debug" && v != "info" && v != "warning" && v != "error")
@@ -351,12 +370,16 @@ bool option_takes_value(std::string_view flag) {
 }
 
 std::string usage() {
-    std::string out =
-        "cubicle " CUBICLE_VERSION " - an MCP server that runs code in locked-down Docker sandboxes\n\n"
-        "usage: cubicle [options]\n\n"
-        "Speaks MCP (JSON-RPC 2.0, one message per line) on stdin/stdout, or streamable HTTP with\n"
-        "--transport http; logs go to stderr.\n\n"
-        "options (each also read from the environment variable shown):\n";
+    std::string out = "cubicle " CUBICLE_VERSION " - an MCP server that runs code in locked-down Docker sandboxes\n\n"
+                      "usage: cubicle [options]\n";
+    for (const auto& command : cli::subcommands) out += fmt::format("       cubicle {} {}\n", command.name, command.synopsis);
+    out += "\nWithout a command it speaks MCP (JSON-RPC 2.0, one message per line) on stdin/stdout, or\n"
+           "streamable HTTP with --transport http; logs go to stderr.\n\n"
+           "commands:\n";
+    for (const auto& command : cli::subcommands) {
+        out += fmt::format("  {:<26} {}\n", fmt::format("{} {}", command.name, command.synopsis), command.summary);
+    }
+    out += "\noptions (each also read from the environment variable shown):\n";
     for (const auto& option : options()) {
         auto left = fmt::format("{} {}", option.flag, option.value_name);
         out += fmt::format("  {:<26} {} [{}]\n", left, option.help, option.env);

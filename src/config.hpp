@@ -53,6 +53,7 @@ struct Config {
     int pool_refill = 1;        // how many of them start at once
     int pool_idle_s = 300;      // the pool empties after this long without use
     std::string log_level = "info";
+    std::vector<std::string> tool_groups;  // --tools: the tool groups listed (or "all"); empty: the default set
 
     // Streamable HTTP (--transport http).
     std::string transport = "stdio";  // or "http"

@@ -213,6 +213,9 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # a sanitizer build (scripts/sanitize) reports through these
     env.update({k: v for k, v in os.environ.items() if k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")})
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    # Every tool group: the suites exercise every tool (test_mcp_sdk checks the default set
+    # with CUBICLE_TOOLS="", which the server reads as unset).
+    env["CUBICLE_TOOLS"] = "all"
     if extra:
         env.update(extra)
     return env

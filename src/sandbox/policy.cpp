@@ -14,10 +14,6 @@ namespace {
 constexpr std::int64_t mib = 1024 * 1024;
 constexpr std::int64_t max_file_bytes = 1024 * mib;  // fsize: no single file over 1 GiB
 constexpr std::int64_t open_files = 1024;
-// The sandbox's own processes under the hard memory limit: the agent, the zygote
-// with Python's data stack imported (~75 MiB), page tables and kernel memory, and
-// what a program allocates between two of the agent's checks.
-constexpr int own_processes_mb = 128;
 
 // Podman's default for root (1048576) cannot be set here; this is far above any PidsLimit.
 constexpr std::int64_t podman_nproc = 32768;

@@ -49,6 +49,10 @@ struct SandboxSpec {
 // agent/memory.h), and the container's hard limit that protects the host, which
 // also holds its files (the workspace and /tmp are tmpfs, charged to its cgroup),
 // its own processes (agent, zygote) and the runtime's overhead.
+// The sandbox's own processes under the hard limit: the agent, the zygote with
+// Python's data stack imported (~75 MiB), page tables and kernel memory, and what a
+// program allocates between two of the agent's checks.
+inline constexpr int own_processes_mb = 128;
 struct MemoryLimits {
     int programs_mb;
     int ceiling_mb;

@@ -85,12 +85,26 @@ std::optional<std::vector<std::string>> Args::strings(std::string_view key) cons
     return out;
 }
 
-std::optional<std::vector<std::pair<std::string, std::string>>> Args::string_map(std::string_view key) const {
+std::optional<std::vector<std::pair<std::string, std::string>>> Args::named_strings(std::string_view key) const {
     auto value = get(key);
     if (!value) return std::nullopt;
-    simdjson::dom::object object;
-    if (value->get(object) != simdjson::SUCCESS) throw ToolError(fmt::format("argument '{}' must be an object of strings", key));
     std::vector<std::pair<std::string, std::string>> out;
+    simdjson::dom::array list;
+    simdjson::dom::object object;
+    if (value->get(list) == simdjson::SUCCESS) {
+        for (auto item : list) {
+            std::string_view name, text;
+            if (item.get(object) != simdjson::SUCCESS || object.size() != 2 || object["name"].get(name) != simdjson::SUCCESS ||
+                object["value"].get(text) != simdjson::SUCCESS) {
+                throw ToolError(fmt::format("argument '{}': each entry must be {{\"name\": string, \"value\": string}}", key));
+            }
+            out.emplace_back(std::string(name), std::string(text));
+        }
+        return out;
+    }
+    if (value->get(object) != simdjson::SUCCESS) {
+        throw ToolError(fmt::format("argument '{}' must be a list of {{\"name\", \"value\"}} objects (or an object of strings)", key));
+    }
     for (auto [name, item] : object) {
         std::string_view text;
         if (item.get(text) != simdjson::SUCCESS) {

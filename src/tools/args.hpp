@@ -26,8 +26,9 @@ public:
     std::optional<std::int64_t> integer(std::string_view key, std::int64_t min, std::int64_t max) const;
     // A string or an array of strings, as a list.
     std::optional<std::vector<std::string>> strings(std::string_view key) const;
-    // An object whose values are all strings.
-    std::optional<std::vector<std::pair<std::string, std::string>>> string_map(std::string_view key) const;
+    // Named strings: a list of {"name", "value"} objects (the form strict tool
+    // schemas can state), or an object whose values are all strings.
+    std::optional<std::vector<std::pair<std::string, std::string>>> named_strings(std::string_view key) const;
 
 private:
     std::optional<simdjson::dom::element> get(std::string_view key) const;

@@ -517,110 +517,12 @@ asio::awaitable<CollectedFigures> collect_figures(Env env, std::shared_ptr<Sandb
     co_return figures;
 }
 
-std::vector<mcp::Tool> file_tools(Env env) {
-    std::vector<mcp::Tool> tools;
-    tools.push_back({
-        .name = "write_file",
-        .title = "Write a file",
-        .description = "Write a file in the sandbox's workspace (parent directories are created), replacing any file "
-                       "already at that path. Text by default; encoding base64 for binary content.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "path": {{"type": "string", "description": "Path relative to the workspace"}},
-            "content": {{"type": "string"}},
-            "encoding": {{"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8"}},
-            "mode": {{"type": "string", "pattern": "^[0-7]{{3,4}}$", "description": "Octal permissions, such as 755"}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id", "path", "content")"),
-        .output_schema = object_schema(R"("path": {"type": "string"}, "bytes": {"type": "integer"})", R"("path", "bytes")"),
-        .destructive = true, .idempotent = true,
-        .handler = bind<write_file>(env),
-    });
-    tools.push_back({
-        .name = "read_file",
-        .title = "Read a file",
-        .description = "Read a file from the sandbox's workspace: text as text, images (PNG, JPEG, GIF, WebP, SVG) as "
-                       "image content, other binary data as base64.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "path": {{"type": "string", "description": "Path relative to the workspace"}},
-            "encoding": {{"type": "string", "enum": ["utf-8", "base64"], "description": "Force text or base64; default: by content"}},
-            "max_bytes": {{"type": "integer", "minimum": 1, "description": "Read at most this many bytes; default 1 MiB"}},
-            "offset": {{"type": "integer", "minimum": 0, "description": "Start at this byte; 0 is the beginning"}},
-            "tail": {{"type": "integer", "minimum": 1, "description": "Read the last this many bytes instead, such as the end of a long output"}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id", "path")"),
-        .output_schema = object_schema(R"("path": {"type": "string"}, "size": {"type": "integer"},
-            "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"},
-            "mime": {"type": "string"}, "truncated": {"type": "boolean", "description": "Only part of the file was read"},
-            "offset": {"type": "integer", "description": "Byte where the content starts, when not 0"})",
-                                       R"("path", "size", "encoding", "truncated")"),
-        .read_only = true, .idempotent = true,
-        .handler = bind<read_file>(env),
-    });
-    tools.push_back({
-        .name = "list_files",
-        .title = "List files",
-        .description = "List a directory of the sandbox's workspace: name, type, size, mode and modification time.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "path": {{"type": "string", "default": ".", "description": "Directory relative to the workspace"}},
-            "recursive": {{"type": "boolean", "default": false}},
-            "max_entries": {{"type": "integer", "minimum": 1, "default": 1000}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id")"),
-        .output_schema = object_schema(R"("path": {"type": "string"}, "truncated": {"type": "boolean"},
-            "entries": {"type": "array", "items": {"type": "object", "properties": {
-                "path": {"type": "string"}, "type": {"type": "string", "enum": ["file", "directory", "symlink", "other"]},
-                "size": {"type": "integer"}, "mode": {"type": "string"}, "mtime": {"type": "number"}},
-                "required": ["path", "type", "size", "mode", "mtime"]}})",
-                                       R"("path", "entries", "truncated")"),
-        .read_only = true, .idempotent = true,
-        .handler = bind<list_files>(env),
-    });
-    tools.push_back({
-        .name = "upload_file",
-        .title = "Upload from the host",
-        .description = "Copy a host file or a whole directory (a project) into the sandbox's workspace, replacing "
-                       "files already at the destination. Only host directories the operator allowed with "
-                       "--allow-host-dir can be read; symlinks and special files inside are skipped.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "host_path": {{"type": "string", "description": "Absolute host path inside an allowed directory"}},
-            "path": {{"type": "string", "description": "Destination relative to the workspace; default: the host name"}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id", "host_path")"),
-        .output_schema = object_schema(R"("path": {"type": "string"}, "files": {"type": "integer"},
-            "directories": {"type": "integer"}, "bytes": {"type": "integer"},
-            "skipped": {"type": "array", "items": {"type": "string"}})",
-                                       R"("path", "files", "directories", "bytes", "skipped")"),
-        .destructive = true, .idempotent = true, .open_world = false,
-        .handler = bind<upload_file>(env),
-    });
-    tools.push_back({
-        .name = "download_file",
-        .title = "Download to the host",
-        .description = "Copy a file or directory from the sandbox's workspace to the host, into a directory the "
-                       "operator allowed with --allow-host-dir, replacing regular files already at host_path. "
-                       "Archives with links or special files are refused.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "path": {{"type": "string", "description": "Path relative to the workspace"}},
-            "host_path": {{"type": "string", "description": "Absolute host destination inside an allowed directory"}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id", "path", "host_path")"),
-        .output_schema = object_schema(R"("host_path": {"type": "string"}, "files": {"type": "integer"},
-            "directories": {"type": "integer"}, "bytes": {"type": "integer"})",
-                                       R"("host_path", "files", "directories", "bytes")"),
-        .destructive = true, .idempotent = true,
-        .handler = bind<download_file>(env),
-    });
-    tools.push_back({
-        .name = "clean_workspace",
-        .title = "Empty the workspace",
-        .description = "Delete every file in the sandbox's workspace, for good; the sandbox keeps running.",
-        .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
-        .output_schema = object_schema(R"("sandbox_id": {"type": "string"}, "cleaned": {"type": "boolean"})",
-                                       R"("sandbox_id", "cleaned")"),
-        .destructive = true, .idempotent = true,
-        .handler = bind<clean_workspace>(env),
-    });
-    return tools;
+Handlers file_handlers(Env env) {
+    return {
+        {"write_file", bind<write_file>(env)},       {"read_file", bind<read_file>(env)},
+        {"list_files", bind<list_files>(env)},       {"upload_file", bind<upload_file>(env)},
+        {"download_file", bind<download_file>(env)}, {"clean_workspace", bind<clean_workspace>(env)},
+    };
 }
 
 } // namespace cubicle::tools

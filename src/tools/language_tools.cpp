@@ -194,34 +194,6 @@ asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, std::stri
     co_return mcp::ResourceContent{.uri = std::string(languages_uri), .mime_type = "application/json", .text = w.take()};
 }
 
-std::vector<mcp::Tool> language_tools(Env env) {
-    std::vector<mcp::Tool> tools;
-    tools.push_back({
-        .name = "list_languages",
-        .title = "List languages",
-        .description = fmt::format("List the languages execute_code can run in a sandbox (sandbox_id) or an image (default {}), "
-                                   "with their versions, as found in the image itself. Known languages: {}.",
-                                   env.config.default_image, sandbox::language_list()),
-        .input_schema = object_schema(fmt::format(R"({},
-            "image": {{"type": "string", "description": "Docker image to look in, when no sandbox_id is given"}})",
-                                                  sandbox_id_property),
-                                      ""),
-        .output_schema = object_schema(R"(
-            "image": {"type": "string"},
-            "languages": {"type": "array", "items": {"type": "object", "properties": {
-                "name": {"type": "string", "description": "The execute_code language"},
-                "version": {"type": "string"},
-                "aliases": {"type": "array", "items": {"type": "string"}},
-                "extension": {"type": "string", "description": "The usual file extension of its source files"},
-                "compiled": {"type": "boolean", "description": "Compiled before it runs; builds are cached by content in the sandbox"},
-                "stateful": {"type": "boolean", "description": "Keeps variables between execute_code calls in a stateful sandbox"},
-                "packages": {"type": "string", "description": "The Debian packages that provide it"}},
-                "required": ["name", "version", "aliases", "extension", "compiled", "stateful", "packages"]}})",
-                                       R"("image", "languages")"),
-        .read_only = true, .destructive = false, .idempotent = true, .open_world = false,
-        .handler = bind<list_languages>(env),
-    });
-    return tools;
-}
+Handlers language_handlers(Env env) { return {{"list_languages", bind<list_languages>(env)}}; }
 
 } // namespace cubicle::tools

@@ -132,27 +132,6 @@ asio::awaitable<void> install_workspace_dependencies(Env env, std::shared_ptr<Sa
     box->set_dependencies_fingerprint(std::move(fingerprint));
 }
 
-std::vector<mcp::Tool> package_tools(Env env) {
-    std::vector<mcp::Tool> tools;
-    tools.push_back({
-        .name = "install_package",
-        .title = "Install packages",
-        .description = "Install Python (pip, into the sandbox user's site) or Node (npm, into /workspace/node_modules) "
-                       "packages in a sandbox, replacing versions already installed; output streams as progress. Needs a "
-                       "sandbox created with network: true.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "packages": {{"type": "array", "items": {{"type": "string"}}, "minItems": 1, "description": "Package names or requirement specifiers"}},
-            "manager": {{"type": "string", "enum": ["pip", "npm"], "default": "pip"}})",
-                                                  sandbox_id_property),
-                                      R"("sandbox_id", "packages")"),
-        .output_schema = object_schema(R"("manager": {"type": "string"}, "packages": {"type": "array", "items": {"type": "string"}},
-            "installed": {"type": "boolean"}, "exit_code": {"type": "integer"},
-            "stdout": {"type": "string"}, "stderr": {"type": "string"})",
-                                       R"("manager", "packages", "installed", "exit_code")"),
-        .destructive = true, .open_world = true,
-        .handler = bind<install_package>(env),
-    });
-    return tools;
-}
+Handlers package_handlers(Env env) { return {{"install_package", bind<install_package>(env)}}; }
 
 } // namespace cubicle::tools

@@ -150,87 +150,15 @@ asio::awaitable<ToolResult> list_runs(Env env, simdjson::dom::element arguments,
     co_return structured(w.take());
 }
 
-constexpr std::string_view run_id_property = R"("run_id": {"type": "string", "description": "Id returned by a background execute_code or run_command"})";
-
-constexpr std::string_view run_end_properties = R"(
-        "exit_code": {"type": "integer", "description": "Exit status once ended; 128+N when killed by signal N"},
-        "timed_out": {"type": "boolean"}, "duration_ms": {"type": "number"},
-        "error": {"type": "string", "description": "Why the run failed, such as its sandbox being stopped"})";
-
 } // namespace
 
-std::vector<mcp::Tool> run_tools(Env env) {
-    std::vector<mcp::Tool> tools;
-    tools.push_back({
-        .name = "get_run",
-        .title = "Look at a background run",
-        .description = "Show a background run: its new output since the last look (head and tail within the result budget; "
-                       "the whole output is in stdout_file/stderr_file), whether it is still running, and its exit status. "
-                       "wait_s waits up to that long for something new.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "wait_s": {{"type": "number", "minimum": 0, "maximum": {}, "default": 0, "description": "Wait up to this long for new output or the end"}},
-            "since": {{"type": "string", "description": "Show output after this cursor (next_since of an earlier look; 0:0 for all); default: after the last look"}},
-            "max_result_bytes": {{"type": "integer", "minimum": 1024, "description": "Show at most this many bytes of output"}})",
-                                                  run_id_property, max_wait_s),
-                                      R"("run_id")"),
-        .output_schema = object_schema(fmt::format(R"(
-            "run_id": {{"type": "string"}}, "sandbox_id": {{"type": "string"}},
-            "status": {{"type": "string", "enum": ["running", "exited", "failed"]}},
-            "command": {{"type": "string"}}, "age_s": {{"type": "number"}},
-            "stdout": {{"type": "string"}}, "stderr": {{"type": "string"}},
-            "stdout_bytes": {{"type": "integer", "description": "Bytes shown or left out in this look"}}, "stderr_bytes": {{"type": "integer"}},
-            "truncated": {{"type": "boolean"}}, "stdout_file": {{"type": "string"}}, "stderr_file": {{"type": "string"}},
-            "next_since": {{"type": "string", "description": "Cursor after this look"}},{})",
-                                                   run_end_properties),
-                                       R"("run_id", "status", "stdout", "stderr", "next_since")"),
-        .read_only = true, .destructive = false, .idempotent = false, .open_world = false,
-        .handler = bind<get_run>(env),
-    });
-    tools.push_back({
-        .name = "send_input",
-        .title = "Send input to a background run",
-        .description = "Write to a background run's stdin; eof: true closes it (after the data).",
-        .input_schema = object_schema(fmt::format(R"({},
-            "data": {{"type": "string", "description": "Text for the program's stdin; end a line with a newline"}},
-            "eof": {{"type": "boolean", "default": false, "description": "Close stdin afterwards"}})",
-                                                  run_id_property),
-                                      R"("run_id")"),
-        .output_schema = object_schema(R"("run_id": {"type": "string"}, "bytes": {"type": "integer"}, "eof": {"type": "boolean"})",
-                                       R"("run_id", "bytes", "eof")"),
-        .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
-        .handler = bind<send_input>(env),
-    });
-    tools.push_back({
-        .name = "signal_run",
-        .title = "Signal a background run",
-        .description = "Send a signal to a background run's program and every process it started: INT (default, like "
-                       "Ctrl-C), TERM, KILL, HUP, QUIT, USR1, USR2, STOP or CONT.",
-        .input_schema = object_schema(fmt::format(R"({},
-            "signal": {{"type": "string", "enum": ["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"], "default": "INT"}})",
-                                                  run_id_property),
-                                      R"("run_id")"),
-        .output_schema = object_schema(R"("run_id": {"type": "string"}, "signal": {"type": "string"})", R"("run_id", "signal")"),
-        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
-        .handler = bind<signal_run>(env),
-    });
-    tools.push_back({
-        .name = "list_runs",
-        .title = "List background runs",
-        .description = "List a sandbox's background runs: id, command, status, output sizes and exit status.",
-        .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
-        .output_schema = object_schema(fmt::format(R"(
-            "runs": {{"type": "array", "items": {}}})",
-                                                   object_schema(fmt::format(R"(
-            "run_id": {{"type": "string"}}, "command": {{"type": "string"}},
-            "status": {{"type": "string", "enum": ["running", "exited", "failed"]}}, "age_s": {{"type": "number"}},
-            "stdout_bytes": {{"type": "integer"}}, "stderr_bytes": {{"type": "integer"}},{})",
-                                                                             run_end_properties),
-                                                                 R"("run_id", "command", "status")")),
-                                       R"("runs")"),
-        .read_only = true, .destructive = false, .idempotent = true, .open_world = false,
-        .handler = bind<list_runs>(env),
-    });
-    return tools;
+Handlers run_handlers(Env env) {
+    return {
+        {"get_run", bind<get_run>(env)},
+        {"send_input", bind<send_input>(env)},
+        {"signal_run", bind<signal_run>(env)},
+        {"list_runs", bind<list_runs>(env)},
+    };
 }
 
 } // namespace cubicle::tools

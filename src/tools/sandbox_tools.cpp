@@ -185,7 +185,7 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     spec.files_limit = static_cast<int>(within_ceiling(args.integer("files_limit", 100, 1 << 30), c.files_limit, c.max_files_limit, "files_limit", "files", "--max-files-limit"));
     spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), c.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
-    for (auto& [name, value] : args.string_map("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
+    for (auto& [name, value] : args.named_strings("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
         spec.env.emplace_back(std::move(name), std::move(value));
     }
@@ -489,70 +489,6 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     co_return structured(w.take());
 }
 
-// ---- schemas ------------------------------------------------------------------
-
-constexpr std::string_view output_properties = R"(
-        "stdout": {"type": "string", "description": "Standard output, UTF-8 with invalid bytes replaced; when too long for the result, its head and tail around a [cubicle] line saying what was left out"},
-        "stderr": {"type": "string", "description": "Standard error, shown the same way"},
-        "stdout_bytes": {"type": "integer", "description": "Bytes the program wrote to stdout"},
-        "stderr_bytes": {"type": "integer", "description": "Bytes the program wrote to stderr"},
-        "truncated": {"type": "boolean", "description": "The result does not show all output"},
-        "stdout_file": {"type": "string", "description": "Workspace file holding the whole stdout; read_file with offset or tail reads it"},
-        "stderr_file": {"type": "string", "description": "Workspace file holding the whole stderr"})";
-
-constexpr std::string_view exec_result_properties = R"(
-        "run_id": {"type": "string"},
-        "exit_code": {"type": "integer", "description": "Exit status; 128+N when killed by signal N"},
-        "timed_out": {"type": "boolean", "description": "Killed (with all its processes) at the timeout"},)";
-
-constexpr std::string_view background_properties = R"(
-        "background": {"type": "boolean", "default": false, "description": "Start the program and return a run_id at once; look at it with get_run, feed it with send_input, stop it with signal_run. Its timeout_s may be longer than a call's"},
-        "max_result_bytes": {"type": "integer", "minimum": 1024, "description": "Show at most this many bytes of output in the result (the server's limit is the most); the whole output stays in stdout_file/stderr_file"})";
-
-constexpr std::string_view background_result_properties = R"(
-        "status": {"type": "string", "enum": ["running"]}, "sandbox_id": {"type": "string"}, "timeout_s": {"type": "number"},)";
-
-constexpr std::string_view timeout_property =
-    R"("timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Kill the program and every process it started, detached ones (setsid, daemons) included, after this many seconds"})";
-
-// What outlives a run in a sandbox that keeps state: the agent's process rules, in words.
-constexpr std::string_view process_lifetime =
-    " What a sandbox keeps between calls: its files, the persistent interpreters, and processes a program detached "
-    "into a session of their own (setsid, nohup setsid, a daemon). Everything else a program started ends with it. "
-    "A timeout or cancellation kills the program and every process of the sandbox that no still-running program or "
-    "interpreter owns, detached ones included.";
-
-constexpr std::string_view sandbox_status_properties = R"(
-        "sandbox_id": {"type": "string"}, "container_id": {"type": "string"},
-        "state": {"type": "string", "enum": ["running", "stopped"]},
-        "kind": {"type": "string", "enum": ["persistent", "throwaway", "workspace"]},
-        "workspace": {"type": "string"},
-        "image": {"type": "string"}, "age_s": {"type": "number"}, "network": {"type": "boolean"},
-        "memory_mb": {"type": "integer", "description": "What the sandbox's programs may hold in MiB; a process past it is killed with exit code 137"},
-        "memory_ceiling_mb": {"type": "integer", "description": "The container's hard memory limit in MiB: programs, files in /workspace and /tmp (held in memory), and the sandbox's own processes"},
-        "cpus": {"type": "number"}, "pids_limit": {"type": "integer"},
-        "running_executions": {"type": "integer"},
-        "executor": {"type": "string", "enum": ["agent", "exec"], "description": "How programs run: agent, the in-sandbox agent; or exec, Docker exec where the agent cannot run in the image, with no persistent interpreters and a timeout that stops the sandbox"},
-        "agent_channel": {"type": "string", "enum": ["socket", "attach", "none"], "description": "How the server speaks to the agent: socket, a Unix socket of its own mounted into the container; attach, the engine's attach stream; none, no agent: exec"},
-        "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"})";
-
-std::string language_enum() {
-    std::string out;
-    for (auto name : sandbox::language_names()) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", name);
-    return out;
-}
-
-// "python, javascript, r and ruby"
-std::string stateful_languages() {
-    std::vector<std::string_view> names;
-    for (const auto& language : sandbox::languages()) {
-        if (language.repl) names.push_back(language.name);
-    }
-    std::string out;
-    for (std::size_t i = 0; i < names.size(); ++i) out += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? " and " : ", ", names[i]);
-    return out;
-}
-
 } // namespace
 
 Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
@@ -565,133 +501,15 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
 }
 
 std::vector<mcp::Tool> tools_of(Env env) {
-    const auto& config = env.config;
-    std::vector<mcp::Tool> tools;
-
-    tools.push_back({
-        .name = "initialize_sandbox",
-        .title = "Create a sandbox",
-        .description = "Create a persistent, isolated Linux sandbox (a locked-down Docker container) and return its "
-                       "sandbox_id for execute_code and run_command. Files in /workspace persist until stop_sandbox. "
-                       "No network unless network is true and the server allows it.",
-        .input_schema = object_schema(fmt::format(R"(
-            "image": {{"type": "string", "description": "Docker image; default {}"}},
-            "network": {{"type": "boolean", "default": false, "description": "Give the sandbox network access, if the server allows it"}},
-            "memory_mb": {{"type": "integer", "minimum": 16, "description": "What the sandbox's programs may hold in MiB (files in /workspace and /tmp do not count); a process past it is killed with exit code 137; default {}, at most the server's ceiling"}},
-            "cpus": {{"type": "number", "exclusiveMinimum": 0, "description": "CPU limit; default {}, at most the server's ceiling"}},
-            "pids_limit": {{"type": "integer", "minimum": 8, "description": "Most processes at once; default {}, at most the server's ceiling"}},
-            "tmp_size_mb": {{"type": "integer", "minimum": 1, "description": "Size of /tmp in MiB, held in memory beside memory_mb; default {}, at most the server's ceiling"}},
-            "disk_mb": {{"type": "integer", "minimum": 1, "description": "Size of /workspace in MiB, held in memory beside memory_mb; default {}, at most the server's ceiling"}},
-            "files_limit": {{"type": "integer", "minimum": 100, "description": "Most files and directories in /workspace; default {}, at most the server's ceiling"}},
-            "env": {{"type": "object", "properties": {{}}, "additionalProperties": {{"type": "string"}}, "description": "Environment variables for programs in the sandbox"}},
-            "stateful": {{"type": "boolean", "default": true, "description": "{} keep variables between execute_code calls, in one persistent interpreter per language; the others run a fresh process each call"}},
-            "workspace": {{"type": "boolean", "default": false, "description": "A private workspace (own directory and user) in a container shared with other workspaces: much cheaper than a container of its own, but memory, CPU and process limits are shared and there is no network"}},
-            "auto_install": {{"type": "boolean", "default": true, "description": "Before running code, install requirements.txt / package.json from the workspace when they changed; sandboxes with network only"}},
-            "gpu": {{"type": "boolean", "default": false, "description": "Give the sandbox the host's NVIDIA GPUs; needs the NVIDIA container runtime on the host"}})",
-                                                  config.default_image, config.memory_mb, config.cpus, config.pids_limit, config.tmp_size_mb,
-                                                  config.disk_mb, config.files_limit, stateful_languages()),
-                                      ""),
-        .output_schema = object_schema(R"(
-            "sandbox_id": {"type": "string"}, "container_id": {"type": "string"}, "image": {"type": "string"},
-            "network": {"type": "boolean"}, "memory_mb": {"type": "integer"}, "cpus": {"type": "number"},
-            "stateful": {"type": "boolean"}, "gpu": {"type": "boolean"},
-            "workspace": {"type": "string", "description": "Directory of the sandbox's files"})",
-                                       R"("sandbox_id", "image", "network", "memory_mb", "cpus")"),
-        .read_only = false, .destructive = false, .idempotent = false, .open_world = false,
-        .handler = bind<initialize_sandbox>(env),
-    });
-
-    tools.push_back({
-        .name = "execute_code",
-        .title = "Run code",
-        .description = fmt::format(
-            "Run a program in a sandbox and return its output. Languages: {} (list_languages tells which a sandbox's "
-            "image has). Compiled languages build first (same limits and timeout; a failed build is the result, with "
-            "phase \"compile\"); builds are cached by content under /workspace/.cubicle. {} keep state between calls in "
-            "a stateful sandbox. Without sandbox_id it runs in a fresh "
-            "throwaway sandbox removed afterwards; in a persistent one, the code may change or delete its files. Output "
-            "streams as progress notifications while it runs. Default timeout {} s (max {} s). The result shows at most "
-            "{} bytes of output (head and tail); in a sandbox the whole output (up to {} bytes per stream) is saved in the "
-            "workspace as stdout_file and stderr_file. Matplotlib figures a Python cell shows or leaves open come back as "
-            "images. background: true returns a run_id at once for long work.{}",
-            sandbox::language_list(), stateful_languages(), config.timeout_s, config.max_timeout_s, config.result_budget,
-            config.max_output_bytes, process_lifetime),
-        .input_schema = object_schema(fmt::format(R"(
-            "code": {{"type": "string", "description": "The program's source code"}},
-            "language": {{"type": "string", "enum": [{}], "default": "python"}},
-            {},
-            {},
-            "fresh": {{"type": "boolean", "default": false, "description": "In a stateful sandbox, run in a fresh process instead of the persistent interpreter"}},
-            "return_images": {{"type": "boolean", "default": false, "description": "Return images the code writes into the workspace (PNG, JPEG, GIF, WebP, SVG; at most 5 of 2 MiB) as image content"}},{})",
-                                                  language_enum(), sandbox_id_property, timeout_property, background_properties),
-                                      R"("code")"),
-        .output_schema = object_schema(fmt::format(R"({}{}{},
-            "duration_ms": {{"type": "number", "description": "Wall time of the program"}},
-            "state_lost": {{"type": "boolean", "description": "The persistent interpreter was stopped; earlier variables are gone"}},
-            "phase": {{"type": "string", "enum": ["compile", "run"], "description": "compile: the build failed or timed out, and the output is the compiler's"}},
-            "compile_ms": {{"type": "number", "description": "Wall time of the build step; a cached build only checks its cache"}},
-            "images": {{"type": "array", "items": {{"type": "object", "properties": {{"path": {{"type": "string"}}, "mime": {{"type": "string"}}, "bytes": {{"type": "integer"}}}}, "required": ["path", "mime", "bytes"]}}}},
-            "figures_saved": {{"type": "array", "items": {{"type": "string"}}, "description": "Figures past the inline limit (4 of 1 MiB), saved in the workspace"}})",
-                                                   exec_result_properties, background_result_properties, output_properties),
-                                       R"("run_id")"),
-        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
-        .handler = bind<execute_code>(env),
-        .task_support = true,
-    });
-
-    tools.push_back({
-        .name = "run_command",
-        .title = "Run shell commands",
-        .description = fmt::format("Run one shell command or a list of them, in order, with /bin/sh -c in the sandbox's "
-                                   "/workspace. Each command gets its own result; commands may change or delete the sandbox's "
-                                   "files. The output shown is budgeted like execute_code's and saved whole in the workspace. "
-                                   "background: true (one command) returns a run_id at once.{}",
-                                   process_lifetime),
-        .input_schema = object_schema(fmt::format(R"({},
-            "command": {{"anyOf": [{{"type": "string"}}, {{"type": "array", "items": {{"type": "string"}}, "minItems": 1}}], "description": "A command, or a list run in order"}},
-            {},{})",
-                                                  sandbox_id_property, timeout_property, background_properties),
-                                      R"("sandbox_id", "command")"),
-        .output_schema = object_schema(fmt::format(R"(
-            "results": {{"type": "array", "items": {}}},{}
-            "run_id": {{"type": "string"}}, "stdout_file": {{"type": "string"}}, "stderr_file": {{"type": "string"}})",
-                                                   object_schema(fmt::format(R"("command": {{"type": "string"}}, {}{})", exec_result_properties, output_properties),
-                                                                 R"("command", "stdout", "stderr", "exit_code", "timed_out")"),
-                                                   background_result_properties),
-                                       ""),
-        .read_only = false, .destructive = true, .idempotent = false, .open_world = false,
-        .handler = bind<run_command>(env),
-        .task_support = true,
-    });
-
-    tools.push_back({
-        .name = "get_sandbox_status",
-        .title = "Sandbox status",
-        .description = "Show one sandbox (with sandbox_id) or every sandbox this server owns: state, image, age and limits.",
-        .input_schema = object_schema(sandbox_id_property, ""),
-        .output_schema = object_schema(fmt::format(R"(
-            "sandboxes": {{"type": "array", "items": {}}})",
-                                                   object_schema(sandbox_status_properties, R"("sandbox_id", "state", "image")")),
-                                       R"("sandboxes")"),
-        .read_only = true, .destructive = false, .idempotent = true, .open_world = false,
-        .handler = bind<get_sandbox_status>(env),
-    });
-
-    tools.push_back({
-        .name = "stop_sandbox",
-        .title = "Stop a sandbox",
-        .description = "Stop a sandbox and delete it with its files, for good; stopping it again changes nothing.",
-        .input_schema = object_schema(sandbox_id_property, R"("sandbox_id")"),
-        .output_schema = object_schema(R"("sandbox_id": {"type": "string"}, "stopped": {"type": "boolean"})",
-                                       R"("sandbox_id", "stopped")"),
-        .read_only = false, .destructive = true, .idempotent = true, .open_world = false,
-        .handler = bind<stop_sandbox>(env),
-    });
-    for (auto& tool : run_tools(env)) tools.push_back(std::move(tool));
-    for (auto& tool : file_tools(env)) tools.push_back(std::move(tool));
-    for (auto& tool : package_tools(env)) tools.push_back(std::move(tool));
-    for (auto& tool : language_tools(env)) tools.push_back(std::move(tool));
-    return tools;
+    Handlers handlers{
+        {"initialize_sandbox", bind<initialize_sandbox>(env)}, {"execute_code", bind<execute_code>(env)},
+        {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
+        {"stop_sandbox", bind<stop_sandbox>(env)},
+    };
+    for (auto* more : {&run_handlers, &file_handlers, &package_handlers, &language_handlers}) {
+        for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
+    }
+    return catalogue_tools(env.config, std::move(handlers));
 }
 
 } // namespace cubicle::tools

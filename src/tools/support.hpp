@@ -18,6 +18,7 @@
 #include "sandbox/languages.hpp"
 #include "sandbox/manager.hpp"
 #include "tools/budget.hpp"
+#include "tools/catalogue.hpp"
 
 namespace cubicle::tools {
 
@@ -33,15 +34,6 @@ struct Env {
 using Context = std::shared_ptr<mcp::RequestContext>;
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
-
-// A strict JSON Schema object: `properties` and `required` are JSON fragments.
-inline std::string object_schema(std::string_view properties, std::string_view required) {
-    return "{\"type\": \"object\", \"properties\": {" + std::string(properties) + "}, \"required\": [" +
-           std::string(required) + "], \"additionalProperties\": false}";
-}
-
-inline constexpr std::string_view sandbox_id_property =
-    R"("sandbox_id": {"type": "string", "description": "Id returned by initialize_sandbox"})";
 
 // Docker failures (daemon down, image refused) are results the model can act on.
 template <auto Handler>
@@ -89,7 +81,7 @@ struct CollectedFigures {
 boost::asio::awaitable<CollectedFigures> collect_figures(Env env, std::shared_ptr<sandbox::Sandbox> box, std::string dir,
                                                          int count);
 
-// Every tool (sandbox_tools.cpp).
+// Every enabled tool: the catalogue's entries with their handlers (sandbox_tools.cpp).
 std::vector<mcp::Tool> tools_of(Env env);
 
 // The sandboxes' files as resources, sandbox://<sandbox_id>/<path> (resources.cpp).
@@ -106,13 +98,13 @@ boost::asio::awaitable<FileHead> read_workspace_file(std::shared_ptr<sandbox::Sa
 std::string image_mime_of(std::string_view path, std::string_view data);
 
 // The background-run tools: get_run, send_input, signal_run, list_runs (run_tools.cpp).
-std::vector<mcp::Tool> run_tools(Env env);
+Handlers run_handlers(Env env);
 
 // The file tools (file_tools.cpp).
-std::vector<mcp::Tool> file_tools(Env env);
+Handlers file_handlers(Env env);
 
 // list_languages (language_tools.cpp).
-std::vector<mcp::Tool> language_tools(Env env);
+Handlers language_handlers(Env env);
 
 // A language found in an image, with its version.
 struct DetectedLanguage {
@@ -133,7 +125,7 @@ boost::asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, st
 std::string available_list(const std::vector<DetectedLanguage>& found);
 
 // install_package (package_tools.cpp).
-std::vector<mcp::Tool> package_tools(Env env);
+Handlers package_handlers(Env env);
 
 // Installs requirements.txt / package.json when they changed since the last
 // install, in sandboxes with network and auto_install on. Throws ToolError

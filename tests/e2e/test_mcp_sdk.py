@@ -486,6 +486,7 @@ async def test_unknown_sandbox_is_error(srv):
         ("run_command", {"sandbox_id": 5, "command": "ls"}),
         ("initialize_sandbox", {"network": "yes"}),
         ("initialize_sandbox", {"env": {"A": 1}}),
+        ("initialize_sandbox", {"env": [{"name": "A"}]}),
         ("initialize_sandbox", {"memory_mb": "lots"}),
         ("stop_sandbox", {}),
     ],
@@ -501,6 +502,35 @@ async def test_unknown_tool_is_error(srv):
     with pytest.raises(MCPError) as ei:
         await srv.session.call_tool("no_such_tool", {})
     assert ei.value.code == -32602, ei.value
+
+
+DEFAULT_TOOLS = TOOL_NAMES - {"upload_file", "download_file", "install_package"}
+
+
+async def test_default_tool_groups_and_a_left_out_tool_is_unknown(sandbox_image):
+    async with start_server(env={"CUBICLE_TOOLS": ""}, tag="e2e-default-tools") as s:
+        listed = {t.name for t in (await s.session.list_tools()).tools}
+        assert listed == DEFAULT_TOOLS
+        errors = []
+        for name in ("upload_file", "no_such_tool"):
+            with pytest.raises(MCPError) as ei:
+                await s.session.call_tool(name, {"sandbox_id": "x", "host_path": "/tmp"})
+            errors.append((ei.value.code, ei.value.error.message.replace(name, "NAME")))
+        assert errors[0] == errors[1], errors
+    async with start_server("--tools", "files,host", tag="e2e-chosen-tools") as s:
+        listed = {t.name for t in (await s.session.list_tools()).tools}
+        assert listed == {"write_file", "read_file", "list_files", "clean_workspace", "upload_file", "download_file"}
+
+
+@pytest.mark.parametrize("env", [[{"name": "GREETING", "value": "hello there"}, {"name": "B", "value": ""}],
+                                 {"GREETING": "hello there", "B": ""}], ids=["list", "map"])
+async def test_initialize_sandbox_env_forms(srv, env):
+    sb = await srv.new_sandbox(env=env)
+    try:
+        r = await srv.ok("run_command", {"sandbox_id": sb["sandbox_id"], "command": 'printf "%s|%s" "$GREETING" "${B-unset}"'})
+        assert r["results"][0]["stdout"] == "hello there|", r
+    finally:
+        await srv.ok("stop_sandbox", {"sandbox_id": sb["sandbox_id"]})
 
 
 # --------------------------------------------------------------------------

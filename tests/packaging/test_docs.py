@@ -98,6 +98,34 @@ class ManPage(unittest.TestCase):
         self.assertIn("--default-image", result.stdout)
 
 
+@unittest.skipUnless(CUBICLE.is_file(), f"no cubicle binary at {CUBICLE}")
+class HelpCommands(unittest.TestCase):
+    """--help names the subcommands the man page's SYNOPSIS has, in its usage lines and its own section."""
+
+    @staticmethod
+    def commands(lines, prefix):
+        found = set()
+        for line in lines:
+            words = line.strip().removeprefix(prefix).split()
+            if not line.strip().startswith(prefix) or not words:
+                continue
+            name = [w for w in words[:2] if re.fullmatch(r"[a-z]+", w)]
+            if name:
+                found.add(" ".join(name))
+        return found
+
+    def test_help_lists_the_man_pages_subcommands(self):
+        source = (REPO / "doc" / "cubicle.1.scd.in").read_text()
+        synopsis = source.split("# SYNOPSIS", 1)[1].split("\n# ", 1)[0]
+        man = self.commands(re.sub(r"[*_]", "", synopsis).splitlines(), "cubicle ")
+        self.assertEqual(man, {"image build", "image list", "image dockerfile", "doctor"})
+        text = help_text()
+        usage = text.split("\n\n")[1]
+        self.assertEqual(self.commands(usage.replace("usage:", "").splitlines(), "cubicle "), man)
+        section = text.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+        self.assertEqual(self.commands(section.splitlines(), ""), man)
+
+
 @unittest.skipUnless(CUBICLE.is_file() and BASH_COMPLETION.is_file(), "no cubicle binary or bash completion")
 class BashCompletion(unittest.TestCase):
     def complete(self, *words):

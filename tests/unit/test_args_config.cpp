@@ -13,6 +13,7 @@
 #include "common/errors.hpp"
 #include "common/json.hpp"
 #include "config.hpp"
+#include "tools/groups.hpp"
 #include "tools/args.hpp"
 
 namespace cubicle {
@@ -125,19 +126,21 @@ TEST_F(ArgsTest, StringsAcceptsStringOrArray) {
     EXPECT_TOOL_ERROR(args.strings("num"), "'num'");
 }
 
-TEST_F(ArgsTest, StringMap) {
-    Args args(parse(R"({"env":{"A":"1","B":"two"},"empty":{},"bad":{"A":"1","N":2},"arr":["A=1"],"s":"A=1"})"),
-              {"env", "empty", "bad", "arr", "s", "absent"});
-    auto env = args.string_map("env");
-    ASSERT_TRUE(env);
-    EXPECT_EQ(*env, (std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "two"}}));
-    auto empty = args.string_map("empty");
-    ASSERT_TRUE(empty);
-    EXPECT_TRUE(empty->empty());
-    EXPECT_EQ(args.string_map("absent"), std::nullopt);
-    EXPECT_TOOL_ERROR(args.string_map("bad"), "'bad'", "'N'", "string");
-    EXPECT_TOOL_ERROR(args.string_map("arr"), "'arr'", "object");
-    EXPECT_TOOL_ERROR(args.string_map("s"), "'s'", "object");
+TEST_F(ArgsTest, NamedStrings) {
+    Args args(parse(R"({"env":{"A":"1","B":"two"},"empty":{},"bad":{"A":"1","N":2},"list":[{"name":"A","value":"1"},{"value":"two","name":"B"}],
+                        "none":[],"loose":[{"name":"A"}],"extra":[{"name":"A","value":"1","x":"y"}],"arr":["A=1"],"s":"A=1"})"),
+              {"env", "empty", "bad", "list", "none", "loose", "extra", "arr", "s", "absent"});
+    using Pairs = std::vector<std::pair<std::string, std::string>>;
+    EXPECT_EQ(args.named_strings("env"), (Pairs{{"A", "1"}, {"B", "two"}}));
+    EXPECT_EQ(args.named_strings("list"), (Pairs{{"A", "1"}, {"B", "two"}}));
+    EXPECT_EQ(args.named_strings("empty"), Pairs{});
+    EXPECT_EQ(args.named_strings("none"), Pairs{});
+    EXPECT_EQ(args.named_strings("absent"), std::nullopt);
+    EXPECT_TOOL_ERROR(args.named_strings("bad"), "'bad'", "'N'", "string");
+    EXPECT_TOOL_ERROR(args.named_strings("loose"), "'loose'", "\"name\"", "\"value\"");
+    EXPECT_TOOL_ERROR(args.named_strings("extra"), "'extra'", "\"name\"");
+    EXPECT_TOOL_ERROR(args.named_strings("arr"), "'arr'", "\"name\"");
+    EXPECT_TOOL_ERROR(args.named_strings("s"), "'s'", "list");
 }
 
 // ================================================================ parse_args
@@ -149,7 +152,7 @@ const char* const env_vars[] = {
     "CUBICLE_POOL_SIZE",     "CUBICLE_POOL_REFILL",  "CUBICLE_POOL_IDLE_S",
     "CUBICLE_MAX_MEMORY_MB", "CUBICLE_MAX_CPUS",     "CUBICLE_MAX_PIDS_LIMIT",   "CUBICLE_MAX_TMP_SIZE_MB",
     "CUBICLE_DISK_MB",       "CUBICLE_FILES_LIMIT",  "CUBICLE_MAX_DISK_MB",      "CUBICLE_MAX_FILES_LIMIT",
-    "CUBICLE_DOCKER_TIMEOUT_S",
+    "CUBICLE_DOCKER_TIMEOUT_S", "CUBICLE_TOOLS",
 };
 
 class ParseArgsTest : public ::testing::Test {
@@ -208,6 +211,26 @@ TEST_F(ParseArgsTest, Ceilings) {
     EXPECT_GE(host.cpu_ceiling(), 1.0);
     EXPECT_NE(error_of({"--max-cpus", "0"}), "<no error>");
     EXPECT_EQ(parse({"--disk-mb", "0"}).config.disk_mb, 0);  // no quota
+}
+
+TEST_F(ParseArgsTest, ToolGroups) {
+    EXPECT_TRUE(parse({}).config.tool_groups.empty());  // the default set
+    EXPECT_EQ(parse({"--tools", "run,files"}).config.tool_groups, (std::vector<std::string>{"run", "files"}));
+    EXPECT_EQ(parse({"--tools=all"}).config.tool_groups, (std::vector<std::string>{"all"}));
+    ::setenv("CUBICLE_TOOLS", "packages", 1);
+    EXPECT_EQ(parse({}).config.tool_groups, (std::vector<std::string>{"packages"}));
+    EXPECT_EQ(parse({"--tools", "host"}).config.tool_groups, (std::vector<std::string>{"host"}));  // the flag wins
+    ::setenv("CUBICLE_TOOLS", "run,nope", 1);
+    auto from_env = error_of({});
+    EXPECT_NE(from_env.find("CUBICLE_TOOLS"), std::string::npos) << from_env;
+    ::unsetenv("CUBICLE_TOOLS");
+    auto message = error_of({"--tools", "run,sandboxes"});
+    for (auto part : {"'sandboxes'", "run, files, runs, host, packages or all"}) {
+        EXPECT_NE(message.find(part), std::string::npos) << message;
+    }
+    EXPECT_NE(error_of({"--tools", "run,,files"}), "<no error>");
+    // --help names every group.
+    for (const auto& group : tools::tool_groups()) EXPECT_NE(usage().find(group.name), std::string::npos) << group.name;
 }
 
 TEST_F(ParseArgsTest, Defaults) {

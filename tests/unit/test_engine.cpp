@@ -104,7 +104,7 @@ TEST(Engine, ContainerConfigFitsTheEngine) {
     host = on_docker_runsc.parse(sandbox::container_config(spec, "inst", "sb-1"))["HostConfig"].value();
     EXPECT_EQ(std::string_view(host["Runtime"]), "runsc");
     EXPECT_EQ(int64_t(host["PidsLimit"]), 164);
-    EXPECT_EQ(int64_t(host["Memory"]), (256 + 32 + 64) << 20);
+    EXPECT_EQ(int64_t(host["Memory"]), (256 + 32 + spec.tmp_size_mb + sandbox::own_processes_mb + 64) << 20);
     auto gvisor = docker::parse_engine(recorded("podman_runsc_version.json"), recorded("podman_info.json"));
     simdjson::dom::parser on_gvisor;
     host = on_gvisor.parse(sandbox::container_config(spec, "inst", "sb-1", true, gvisor))["HostConfig"].value();

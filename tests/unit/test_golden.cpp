@@ -2,10 +2,12 @@
 // Regenerate with: CUBICLE_UPDATE_GOLDEN=1 build/tests/unit_tests --gtest_filter='Golden*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "docker/client.hpp"
 #include "mcp/session.hpp"
 #include "sandbox/manager.hpp"
+#include "tools/catalogue.hpp"
+#include "tools/groups.hpp"
 #include "tools/tools.hpp"
 
 #ifndef CUBICLE_SOURCE_ROOT
@@ -28,6 +32,12 @@ namespace cubicle {
 namespace {
 
 namespace asio = boost::asio;
+
+Config all_tools() {
+    Config config;
+    config.tool_groups = {"all"};
+    return config;
+}
 
 const std::string golden_path = std::string(CUBICLE_SOURCE_ROOT) + "/tests/golden/tools.json";
 
@@ -86,9 +96,9 @@ void pretty(std::string& out, simdjson::dom::element e, int depth) {
     }
 }
 
-std::string real_tools_json() {
+// The tool list of a server with `config` (every group by default: the golden file covers them all).
+std::string real_tools_json(Config config = all_tools()) {
     asio::io_context io;
-    Config config;
     docker::Client client(io.get_executor(), docker::parse_docker_host(""));
     sandbox::Manager manager(io.get_executor(), client, config);
     mcp::Session session(io.get_executor(), mcp::ServerInfo{"cubicle", "test", ""}, tools::sandbox_tools(manager, client, config),
@@ -197,6 +207,61 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
                                                "stop_sandbox", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "list_files",
                                                "upload_file", "download_file", "clean_workspace", "install_package", "list_languages"}));
+}
+
+std::vector<std::string> tool_names(const Config& config) {
+    json::Document doc;
+    EXPECT_FALSE(doc.parse(real_tools_json(config)));
+    std::vector<std::string> names;
+    for (auto tool : simdjson::dom::array(doc.root()["tools"])) names.emplace_back(std::string_view(tool["name"]));
+    return names;
+}
+
+TEST(Golden, DefaultSetIsRunFilesAndRuns) {
+    const std::vector<std::string> basic{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
+                                         "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file",
+                                         "list_files", "clean_workspace", "list_languages"};
+    EXPECT_EQ(tool_names(Config{}), basic);
+    // The host and packages tools join the default set where the operator allowed what they need.
+    Config with_host;
+    with_host.allow_host_dirs = {"/tmp"};
+    auto names = tool_names(with_host);
+    EXPECT_NE(std::ranges::find(names, "upload_file"), names.end());
+    EXPECT_NE(std::ranges::find(names, "download_file"), names.end());
+    EXPECT_EQ(std::ranges::find(names, "install_package"), names.end());
+    Config with_network;
+    with_network.allow_network = true;
+    names = tool_names(with_network);
+    EXPECT_NE(std::ranges::find(names, "install_package"), names.end());
+    EXPECT_EQ(std::ranges::find(names, "upload_file"), names.end());
+}
+
+TEST(Golden, ChosenGroupsOnly) {
+    Config config;
+    config.tool_groups = {"files", "packages"};
+    config.allow_host_dirs = {"/tmp"};  // --tools wins over the default set's additions
+    EXPECT_EQ(tool_names(config), (std::vector<std::string>{"write_file", "read_file", "list_files", "clean_workspace", "install_package"}));
+}
+
+TEST(Golden, PlaceholdersFilledFromConfig) {
+    Config config;
+    config.memory_mb = 300;
+    config.default_image = "img\"quoted";
+    EXPECT_EQ(tools::fill_placeholders("default {memory_mb} MiB, {default_image}", config, false), "default 300 MiB, img\"quoted");
+    EXPECT_EQ(tools::fill_placeholders(R"({"d":"{default_image}","n":{},"p":"^[0-7]{3,4}$"})", config, true),
+              R"({"d":"img\"quoted","n":{},"p":"^[0-7]{3,4}$"})");
+    auto names = tools::fill_placeholders(R"({"enum":["{language_names}"]})", config, true);
+    EXPECT_EQ(names.rfind(R"({"enum":["python",)", 0), 0u) << names;
+    EXPECT_THROW(tools::fill_placeholders("{no_such_value}", config, false), std::logic_error);
+    EXPECT_THROW(tools::fill_placeholders("{language_names}", config, false), std::logic_error);
+}
+
+TEST(Golden, EveryGroupHasTools) {
+    for (const auto& group : tools::tool_groups()) {
+        Config config;
+        config.tool_groups = {std::string(group.name)};
+        EXPECT_FALSE(tool_names(config).empty()) << group.name;
+    }
 }
 
 } // namespace

@@ -157,8 +157,11 @@ TEST_F(PolicyTest, ResourceLimits) {
     s.tmp_size_mb = 64;
     auto host = config_for(s)["HostConfig"];
     EXPECT_EQ(i64(host["PidsLimit"]), 99);
-    EXPECT_EQ(i64(host["Memory"]), 768 * mib);
-    EXPECT_EQ(i64(host["MemorySwap"]), 768 * mib);
+    // The hard ceiling: the programs' memory, /tmp (no workspace quota here) and the sandbox's own.
+    EXPECT_EQ(i64(host["Memory"]), (768 + 64 + own_processes_mb) * mib);
+    EXPECT_EQ(i64(host["MemorySwap"]), (768 + 64 + own_processes_mb) * mib);
+    EXPECT_EQ(memory_limits(s).programs_mb, 768);
+    EXPECT_EQ(memory_limits(s).ceiling_mb, 768 + 64 + own_processes_mb);
     EXPECT_EQ(i64(host["NanoCpus"]), 1500000000);
     std::string tmp = str(host["Tmpfs"]["/tmp"]);
     EXPECT_NE(tmp.find("size=64m"), std::string::npos) << tmp;
@@ -171,8 +174,8 @@ TEST_F(PolicyTest, WorkspaceQuotaIsACappedTmpfsChargedToMemory) {
     s.disk_mb = 1024;
     s.files_limit = 100000;
     auto host = config_for(s)["HostConfig"];
-    EXPECT_EQ(i64(host["Memory"]), (512 + 1024) * mib);
-    EXPECT_EQ(i64(host["MemorySwap"]), (512 + 1024) * mib);
+    EXPECT_EQ(i64(host["Memory"]), (512 + 1024 + s.tmp_size_mb + own_processes_mb) * mib);
+    EXPECT_EQ(i64(host["MemorySwap"]), (512 + 1024 + s.tmp_size_mb + own_processes_mb) * mib);
     simdjson::dom::array mounts;
     ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
     bool found = false;
@@ -193,8 +196,9 @@ TEST_F(PolicyTest, LargeMemoryDoesNotOverflow) {
     auto s = spec();
     s.memory_mb = 1 << 20;  // the largest --memory-mb: 1 TiB
     auto host = config_for(s)["HostConfig"];
-    EXPECT_EQ(i64(host["Memory"]), std::int64_t{1} << 40);
-    EXPECT_EQ(i64(host["MemorySwap"]), std::int64_t{1} << 40);
+    auto ceiling = (std::int64_t{1} << 40) + std::int64_t{s.tmp_size_mb + own_processes_mb} * mib;
+    EXPECT_EQ(i64(host["Memory"]), ceiling);
+    EXPECT_EQ(i64(host["MemorySwap"]), ceiling);
 }
 
 TEST_F(PolicyTest, FractionalCpus) {
@@ -321,7 +325,9 @@ TEST_F(PolicyTest, UnprivilegedUserAndAgentEntrypoint) {
     auto root = config_for(spec());
     EXPECT_EQ(str(root["User"]), "1000:1000");
     EXPECT_EQ(str(root["WorkingDir"]), "/workspace");
-    EXPECT_EQ(string_array(root["Entrypoint"].value()), (std::vector<std::string>{agent_path, agent_sandbox_flag}));
+    // The agent holds the programs to memory_mb (in bytes).
+    EXPECT_EQ(string_array(root["Entrypoint"].value()),
+              (std::vector<std::string>{agent_path, agent_sandbox_flag, agent_memory_flag, std::to_string(512LL << 20)}));
     EXPECT_EQ(str(root["Image"]), "cubicle/sandbox:latest");
     EXPECT_FALSE(boolean(root["Tty"]));
     EXPECT_TRUE(boolean(root["OpenStdin"]));
