@@ -34,9 +34,11 @@ struct SandboxSpec {
     // With network: the internal network the sandbox joins, and the egress proxy on it.
     std::string network_name;
     std::string proxy_url;
-    int memory_mb = 512;
-    double cpus = 1.0;
-    int pids_limit = 0;   // 0 here and below: the server's default (Manager::resolve)
+    // 0 here and below: the server's default (Manager::resolve); a throwaway run's
+    // sandbox asks for nothing else.
+    int memory_mb = 0;
+    double cpus = 0;
+    int pids_limit = 0;
     int tmp_size_mb = 0;
     int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory
     int files_limit = 0;   // and this many inodes

@@ -37,8 +37,10 @@ protected:
         return doc_.root();
     }
     static SandboxSpec spec() {
-        SandboxSpec s;
+        SandboxSpec s;  // as Manager::resolve leaves it
         s.image = "cubicle/sandbox:latest";
+        s.memory_mb = 512;
+        s.cpus = 1;
         return s;
     }
     std::string text_;
