@@ -163,8 +163,12 @@ pid_t memory_check(int64_t now_us)
     each_program_process(keep_largest, &l);
     victim = l.pid;
     pid_t session = victim > 0 ? session_of(victim) : 0;
-    if (victim <= 0 || kill(victim, SIGKILL) < 0)
+    if (victim <= 0 || kill(victim, SIGKILL) < 0) {
+        /* Nothing of ours to kill (the memory is other users' in a shared
+         * container): the hard ceiling holds them; look again later. */
+        due_us = now_us + 1000 * MAX_INTERVAL_MS;
         return 0;
+    }
     kills++;
     fprintf(stderr, "cubicle-agent: the programs held %llu MiB, over their limit of %llu MiB: killed process %d\n",
             (unsigned long long)(used / MIB), (unsigned long long)(limit / MIB), (int)victim);
