@@ -51,23 +51,32 @@ int64_t memory_due_us(int64_t now_us)
 
 unsigned memory_kills(void) { return kills; }
 
+/* Reads /proc/PID/NAME into buf as a string; -1 if the process is gone. */
+static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
+{
+    char path[64];
+
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return 0;
+}
+
 /* A process's resident anonymous pages in bytes (statm: resident less shared,
  * the latter being its file and shmem pages); 0 when it is gone or a zombie. */
 static uint64_t process_anon(pid_t pid)
 {
-    char path[64], buf[256];
+    char buf[256];
     unsigned long size, resident, shared;
 
-    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
-    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    if (sscanf(buf, "%lu %lu %lu", &size, &resident, &shared) != 3 || resident < shared)
+    if (read_proc(pid, "statm", buf, sizeof buf) < 0 ||
+        sscanf(buf, "%lu %lu %lu", &size, &resident, &shared) != 3 || resident < shared)
         return 0;
     return (uint64_t)(resident - shared) * (uint64_t)page_size;
 }
@@ -127,19 +136,12 @@ static void keep_largest(pid_t pid, uint64_t anon, void *arg)
 /* The session of a process, or 0 when it is gone. */
 static pid_t session_of(pid_t pid)
 {
-    char path[64], buf[512];
+    char buf[512];
     int ppid, pgrp, session;
     char state;
 
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
+    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     char *p = strrchr(buf, ')');   /* comm may hold anything */
     if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
         return 0;
