@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
+from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -428,6 +428,16 @@ def test_env_override(agent):
               env=["FOO=bar=baz", "HOME=/override", f"PATH={os_path}"])
     r = agent.collect(1)
     assert r.stdout == f"bar=baz|/override|{os_path}\n".encode()
+
+
+def test_every_execution_carries_its_marker(agent):
+    """The sweep tells a live execution's detached processes by the marker
+    their environment inherits; the request cannot set another."""
+    script = f'echo "${RUN_MARKER}"; sh -c \'tr "\\0" "\\n" < /proc/$$/environ\' | grep -c "^{RUN_MARKER}="'
+    agent.run(17, ["sh", "-c", script], env=[f"{RUN_MARKER}=99"])
+    assert agent.collect(17).stdout == b"17\n1\n"
+    agent.open(18, ["sh", "-c", f'echo "${RUN_MARKER}"'])
+    assert agent.collect(18).stdout == b"18\n"
 
 
 def test_env_inherited_from_agent():
