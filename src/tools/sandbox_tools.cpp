@@ -515,10 +515,10 @@ constexpr std::string_view timeout_property =
 
 // What outlives a run in a sandbox that keeps state: the agent's process rules, in words.
 constexpr std::string_view process_lifetime =
-    " What a sandbox keeps between calls: its files, the persistent interpreters, and processes a program detached "
-    "into a session of their own (setsid, nohup setsid, a daemon). Everything else a program started ends with it. "
-    "A timeout or cancellation kills the program and every process of the sandbox that no still-running program or "
-    "interpreter owns, detached ones included.";
+    " What a sandbox keeps between calls: its files and the persistent interpreters. A program ends (normally, at its "
+    "timeout or cancelled) with every process it started, whatever session or group they moved to (setsid, nohup, a "
+    "daemon); what must outlive a call is started with background: true and lives as long as that run (list_runs, "
+    "signal_run). A child a persistent interpreter's cell starts lives as long as the interpreter, and is killed with it.";
 
 constexpr std::string_view sandbox_status_properties = R"(
         "sandbox_id": {"type": "string"}, "container_id": {"type": "string"},
