@@ -116,17 +116,18 @@ asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status
     if (!failure.empty()) {
         auto here = co_await images_here();
         throw ToolError(fmt::format("image {} is not available: it is not present locally and could not be pulled ({}). "
-                                    "Ask the user to load it on the Docker host, or pick another image. {}",
-                                    image, failure, here));
+                                    "Ask the user to load it on the Docker host, or pick another image.{}{}",
+                                    image, failure, here.empty() ? "" : " ", here));
     }
     log::info("pulled image {}", image);
 }
 
 asio::awaitable<std::string> Manager::images_here() {
     constexpr std::size_t most = 20;
+    std::string label(image::recipe_label);  // named: GCC 12 and temporaries in a co_await (PITFALLS.md)
     std::vector<std::string> names;
     try {
-        names = co_await docker_.list_images(std::string(image::recipe_label));
+        names = co_await docker_.list_images(label);
     } catch (const std::exception& e) {
         log::debug("listing cubicle's images: {}", e.what());
         co_return std::string();
