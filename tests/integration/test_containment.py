@@ -114,8 +114,10 @@ DAEMON = (
 
 
 def escapes(prefix: str) -> str:
-    """Shell that leaves, in four ways, processes named PREFIX-daemon, -setsid, -nohup and -nohup-setsid."""
+    """Shell that leaves, in five ways, processes named PREFIX-daemon, -group (a job-controlled
+    process group), -setsid, -nohup and -nohup-setsid."""
     return (f"python3 -c \"{DAEMON.format(prefix + '-daemon')}\"; "
+            f"bash -c 'set -m; exec -a {prefix}-group sleep 999 &'; "
             f"setsid bash -c 'exec -a {prefix}-setsid sleep 999' & "
             f"nohup bash -c 'exec -a {prefix}-nohup sleep 999' >/dev/null 2>&1 & "
             f"nohup setsid bash -c 'exec -a {prefix}-nohup-setsid sleep 999' >/dev/null 2>&1 & ")
@@ -124,7 +126,7 @@ def escapes(prefix: str) -> str:
 async def test_a_command_ends_with_every_process_it_started(srv, box):
     sid = box["sandbox_id"]
     r = await srv.sh(sid, escapes("cubicle-end-a") + "sleep 0.5; " + COUNT_MARKED.format("cubicle-end-a"))
-    assert r["exit_code"] == 0 and r["stdout"].strip() == "4", r   # all four were running at its end
+    assert r["exit_code"] == 0 and r["stdout"].strip() == "5", r   # all five were running at its end
     assert await marked(srv, sid, "cubicle-end-a") == 0
 
 
@@ -137,7 +139,7 @@ async def test_a_fresh_program_ends_with_every_process_it_started(srv, box):
             f"os.system({COUNT_MARKED.format('cubicle-end-b')!r})\n")
     for _ in range(2):   # the first may be exec'd, a later one forked by the zygote
         sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": code, "fresh": True})
-        assert sc["exit_code"] == 0 and sc["stdout"].strip() == "6", sc
+        assert sc["exit_code"] == 0 and sc["stdout"].strip() == "7", sc
         assert await marked(srv, sid, "cubicle-end-b") == 0
 
 
