@@ -65,6 +65,7 @@
 #include "changed.h"
 #include "memory.h"
 #include "paths.h"
+#include "procfs.h"
 #include "remove.h"
 #include "proxy.h"
 #include "reset.h"
@@ -126,16 +127,25 @@ static int64_t now_us(void)
 
 /* ---- ending processes -------------------------------------------------
  *
+ * A run ends with every process it started, whatever session or group they
+ * moved to; what must outlive it is a live execution of its own (a
+ * background run, an interpreter and the children of its cells).
+ *
  * Every child starts a session of its own, so everything it starts stays in
  * that session unless it calls setsid() (a daemon's double fork does).  A
  * session cannot be joined from outside, so "in the session of a live
- * execution" tells the processes we must spare from everything else of our
- * uid: at a normal end the execution's session goes; at a timeout, a kill or
- * our own exit every process of our uid goes that is neither us nor in the
- * session of an execution still running (a concurrent program, a persistent
- * interpreter).  Processes of other uids (other workspaces of a shared
- * container) are never touched: we have no capability to signal them, and we
- * do not try.
+ * execution" tells most of the processes we must spare.  Those that left
+ * their session are told by RUN_MARKER, which every execution's environment
+ * carries and every process it starts inherits; a process that clears it, or
+ * makes its environment unreadable, gives up that protection.  Whenever an
+ * execution ends -- normally, at a timeout, by a kill or with us -- its
+ * process group goes, and so does every process of our uid that is neither
+ * us, nor the zygote, nor in the session of a live execution, nor marked as
+ * one's.  The environment is read only for processes no session spares
+ * (usually none), so the common end costs one read of /proc/PID/stat per
+ * process.  Processes of other uids (other workspaces of a shared container)
+ * are never touched: we have no capability to signal them, and we do not
+ * try.
  *
  * Sweeping by uid is only right where every process of that uid belongs to
  * the sandbox, so it is an explicit opt-in (`--sandbox`, passed only by the
@@ -147,6 +157,9 @@ static int64_t now_us(void)
  * session -- the flag is the only thing that protects the latter, since the
  * uid alone cannot tell a sandbox from a workstation. */
 static int sweep_enabled;
+
+/* "CUBICLE_RUN=<exec id>" in every execution's environment (protocol.h). */
+#define RUN_MARKER CUBICLE_RUN_MARKER "="
 
 /* Where frames come from and go to: the attach stream, or the server's socket. */
 static int server_in = STDIN_FILENO, server_out = STDOUT_FILENO;
@@ -171,41 +184,6 @@ static int connect_channel(void)
 
 #define SWEEP_PASSES 200   /* a forking process may add children between passes */
 
-/* Reads /proc/PID/NAME into buf as a string; -1 if the process is gone. */
-static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
-{
-    char path[64];
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-    if ((fd = open_at(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
-        return -1;
-    n = read(fd, buf, size - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return 0;
-}
-
-/* Session and state of a process from /proc; -1 if it is gone. */
-static int proc_session(pid_t pid, pid_t *sid, char *state)
-{
-    char buf[1024];
-
-    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
-        return -1;
-    /* "pid (comm) state ppid pgrp session ...": comm may hold anything, so
-     * parse from its last closing parenthesis */
-    char *p = strrchr(buf, ')');
-    int ppid, pgrp, session;
-    if (!p || sscanf(p + 1, " %c %d %d %d", state, &ppid, &pgrp, &session) != 4)
-        return -1;
-    *sid = session;
-    return 0;
-}
-
 /* Real uid of a process from /proc; -1 if it is gone. */
 static int proc_uid(pid_t pid, uid_t *uid)
 {
@@ -221,19 +199,72 @@ static int proc_uid(pid_t pid, uid_t *uid)
     return 0;
 }
 
+static int live(const struct exec *e)
+{
+    return !e->exited && !e->killed;
+}
+
 /* Is sid the session of an execution we must spare? */
-static int spared(pid_t sid)
+static int spared_session(pid_t sid)
 {
     for (struct exec *e = execs; e; e = e->next)
-        if (!e->exited && !e->killed && e->pid == sid)
+        if (live(e) && e->pid == sid)
             return 1;
     return sid == zygote_pid() && sid > 0;   /* it runs no program's code */
 }
 
-/* One pass over /proc: SIGKILL every live process of our uid in session
- * `only` (> 0), or else every one not spared.  Returns how many it signalled,
- * or -1 when /proc cannot be read. */
-static int sweep_pass(pid_t only)
+/* Is one environment entry the marker of a live execution? */
+static int names_live(const char *entry)
+{
+    char *end;
+    size_t n = strlen(RUN_MARKER);
+
+    if (strncmp(entry, RUN_MARKER, n) != 0 || !entry[n])
+        return 0;
+    unsigned long id = strtoul(entry + n, &end, 10);
+    if (*end)
+        return 0;
+    for (struct exec *e = execs; e; e = e->next)
+        if (live(e) && e->id == id)
+            return 1;
+    return 0;
+}
+
+/* Does the environment a process started with carry the marker of a live
+ * execution?  No when it cannot be read: the process is nobody's. */
+static int marked_live(pid_t pid)
+{
+    char path[64], buf[4096], entry[32];
+    size_t have = 0;   /* length of the current entry; its start is in `entry` */
+    ssize_t n;
+    int found = 0, fd;
+
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    if ((fd = open_at(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+        return 0;
+    while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+        for (ssize_t i = 0; i < n && !found; i++) {
+            if (buf[i]) {
+                if (have < sizeof entry - 1)
+                    entry[have] = buf[i];
+                have++;
+                continue;
+            }
+            if (have < sizeof entry) {
+                entry[have] = 0;
+                found = names_live(entry);
+            }
+            have = 0;
+        }
+    }
+    close(fd);
+    return found;
+}
+
+/* One pass over /proc: SIGKILL every live process of our uid that no live
+ * execution owns.  Returns how many it signalled, or -1 when /proc cannot
+ * be read. */
+static int sweep_pass(void)
 {
     DIR *d = opendir_at("/proc");
     struct dirent *de;
@@ -249,16 +280,14 @@ static int sweep_pass(pid_t only)
         pid_t sid;
         char state;
         uid_t uid;
-        /* The session first: after a program ends, only its own processes
-         * (usually none) cost a second read.  Many sandboxes' agents share
-         * a workspace host's /proc. */
+        /* The session first: after a program ends, only the processes no
+         * session spares (usually none) cost more reads.  Many sandboxes'
+         * agents share a workspace host's /proc. */
         if (*end || pid <= 1 || pid == self || proc_session((pid_t)pid, &sid, &state) < 0)
             continue;
-        if (state == 'Z' || state == 'X')
+        if (state == 'Z' || state == 'X' || spared_session(sid))
             continue;
-        if (only > 0 ? sid != only : spared(sid))
-            continue;
-        if (proc_uid((pid_t)pid, &uid) < 0 || uid != me)
+        if (proc_uid((pid_t)pid, &uid) < 0 || uid != me || marked_live((pid_t)pid))
             continue;
         if (kill((pid_t)pid, SIGKILL) == 0)
             hits++;
@@ -269,32 +298,31 @@ static int sweep_pass(pid_t only)
 
 /* Repeats passes until one finds nothing left: a process may fork between
  * our reading /proc and our signal, but not once it is dead. */
-static void sweep(pid_t only)
+static void sweep(void)
 {
     static const struct timespec pause = { 0, 1000000 };
     if (!sweep_enabled || getuid() == 0)   /* checked again here: see above */
         return;
     for (int pass = 0; pass < SWEEP_PASSES; pass++) {
-        if (sweep_pass(only) <= 0)
+        if (sweep_pass() <= 0)
             return;
         nanosleep(&pause, NULL);
     }
 }
 
-/* A program ended: its session goes with it. */
-static void end_session(pid_t sid)
+/* An execution that is no longer live (exited or killed) ends with its
+ * process group and whatever no live execution owns. */
+static void end_exec(struct exec *e)
 {
-    killpg(sid, SIGKILL);   /* the common case, and all we can do without /proc */
-    sweep(sid);
+    killpg(e->pid, SIGKILL);
+    sweep();
 }
 
-/* A timeout or a kill: the execution and every process of our uid that no
- * running execution owns. */
+/* A timeout or a kill. */
 static void kill_exec(struct exec *e)
 {
     e->killed = 1;
-    killpg(e->pid, SIGKILL);
-    sweep(0);
+    end_exec(e);
 }
 
 /* Every execution and every process of our uid but the zygote's. */
@@ -305,7 +333,7 @@ static void end_executions(void)
             e->killed = 1;
             killpg(e->pid, SIGKILL);
         }
-    sweep(0);
+    sweep();
 }
 
 /* Used when we are about to exit: nothing of ours may outlive us. */
@@ -722,12 +750,17 @@ static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, ep[2] = { -1, -1 };
     int ctl[2] = { -1, -1 };
     struct exec *e = calloc(1, sizeof *e);
+    struct run_req marked = *r;   /* r with RUN_MARKER ("ending processes") */
+    char marker[sizeof RUN_MARKER + 10];
 
+    marked.env = calloc(r->envc + 2, sizeof *marked.env);
+    if (marked.env)
+        memcpy(marked.env, r->env, r->envc * sizeof *r->env);
     if (e)
         e->in_fd = e->ctl_fd = e->out[0] = e->out[1] = e->save_fd[0] = e->save_fd[1] = -1;
     /* queue the initial stdin before forking: afterwards we could not fail
      * without leaving a running child behind */
-    if (!e || (r->in_len && queue_stdin(e, r->in, r->in_len))) {
+    if (!e || !marked.env || (r->in_len && queue_stdin(e, r->in, r->in_len))) {
         send_error(id, "out of memory");
         goto fail;
     }
@@ -736,12 +769,15 @@ static void spawn(uint32_t id, const struct run_req *r, enum mode mode,
         send_error(id, "cannot create pipes: %s", strerror(errno));
         goto fail;
     }
+    /* The marker goes last, so that it wins over the request's own. */
+    snprintf(marker, sizeof marker, RUN_MARKER "%u", id);
+    marked.env[marked.envc++] = marker;
     e->start_us = now_us();
     /* A FORK's process comes from the zygote when it can (its session
      * exists once zygote_fork returns); otherwise it is an ordinary RUN. */
-    pid_t pid = via_zygote ? zygote_fork(r, in[0], out[1], err[1]) : 0;
+    pid_t pid = via_zygote ? zygote_fork(&marked, in[0], out[1], err[1]) : 0;
     if (pid == 0 && (pid = fork()) == 0)
-        run_child(r, in[0], out[1], err[1], ctl[1], ep[1]);
+        run_child(&marked, in[0], out[1], err[1], ctl[1], ep[1]);
     if (pid < 0) {
         send_error(id, "cannot fork: %s", strerror(errno));
         goto fail;
@@ -788,6 +824,7 @@ fail:
     if (e)
         close_stdin(e);
     free(e);
+    free(marked.env);
     close_pair(in);
     close_pair(out);
     close_pair(err);
@@ -869,7 +906,7 @@ static void handle_reset(uint32_t id)
         saves = s->next;
         free(s);
     }
-    sweep(0);   /* what forked while the executions were reaped */
+    sweep();   /* what forked while the executions were reaped */
     reset_wipe();
     reset_verify(report, sizeof report, zygote_pid(), reap);
     send_frame(CUBICLE_FRAME_CLEAN, id, report, strlen(report));
@@ -1092,11 +1129,11 @@ static void reap(void)
         if (waitid(P_PID, (id_t)e->pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0 ||
             info.si_pid == 0)
             continue;
+        e->exited = 1;   /* before the sweep: it spares the live ones only */
         if (!e->builtin)
-            end_session(e->pid);   /* background processes die with it */
+            end_exec(e);   /* everything it started dies with it */
         while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
             ;
-        e->exited = 1;
         e->end_us = now_us();
         close_stdin(e);
     }

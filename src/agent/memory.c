@@ -12,6 +12,7 @@
 
 #include "cgroup.h"
 #include "paths.h"
+#include "procfs.h"
 #include "zygote.h"
 
 #define MIB (1024 * 1024)
@@ -50,23 +51,6 @@ int64_t memory_due_us(int64_t now_us)
 }
 
 unsigned memory_kills(void) { return kills; }
-
-/* Reads /proc/PID/NAME into buf as a string; -1 if the process is gone. */
-static int read_proc(pid_t pid, const char *name, char *buf, size_t size)
-{
-    char path[64];
-
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-    int fd = open_at(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, size - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return 0;
-}
 
 /* A process's resident anonymous pages in bytes (statm: resident less shared,
  * the latter being its file and shmem pages); 0 when it is gone or a zombie. */
@@ -133,21 +117,6 @@ static void keep_largest(pid_t pid, uint64_t anon, void *arg)
         *l = (struct largest){ pid, anon };
 }
 
-/* The session of a process, or 0 when it is gone. */
-static pid_t session_of(pid_t pid)
-{
-    char buf[512];
-    int ppid, pgrp, session;
-    char state;
-
-    if (read_proc(pid, "stat", buf, sizeof buf) < 0)
-        return 0;
-    char *p = strrchr(buf, ')');   /* comm may hold anything */
-    if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4)
-        return 0;
-    return session;
-}
-
 pid_t memory_check(int64_t now_us)
 {
     if (!limit)
@@ -164,7 +133,10 @@ pid_t memory_check(int64_t now_us)
     struct largest l = { 0, 0 };
     each_program_process(keep_largest, &l);
     victim = l.pid;
-    pid_t session = victim > 0 ? session_of(victim) : 0;
+    pid_t session = 0;
+    char state;
+    if (victim > 0)
+        proc_session(victim, &session, &state);
     if (victim <= 0 || kill(victim, SIGKILL) < 0) {
         /* Nothing of ours to kill (the memory is other users' in a shared
          * container): the hard ceiling holds them; look again later. */

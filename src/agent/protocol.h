@@ -38,6 +38,15 @@
  * (changed.h) or a recursive removal (remove.h). */
 #define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
 #define CUBICLE_BUILTIN_REMOVE "cubicle-agent:remove"
+/* Every execution's environment carries CUBICLE_RUN_MARKER=<exec id>, which
+ * every process it starts inherits: how the agent tells what belongs to a
+ * live execution once it left its session (agent.c, "ending processes").
+ * The zygote starts with the value CUBICLE_RUN_MARKER_ZYGOTE (id 0, nobody's:
+ * exec id 0 is reserved) and each run it forks overwrites those digits in
+ * place with its own id, zero-padded: /proc/PID/environ shows the
+ * environment a process's exec made, not what it set later. */
+#define CUBICLE_RUN_MARKER "CUBICLE_RUN"
+#define CUBICLE_RUN_MARKER_ZYGOTE "0000000000"
 /* the largest payload either side accepts */
 #define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
 

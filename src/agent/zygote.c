@@ -90,6 +90,8 @@ static void zygote_child(const struct run_req *r, int sock)
         _exit(127);
     for (size_t i = 0; i < r->envc; i++)
         putenv(r->env[i]);
+    /* room in its environment for the marker of each run it forks (protocol.h) */
+    setenv(CUBICLE_RUN_MARKER, CUBICLE_RUN_MARKER_ZYGOTE, 1);
     execvp(r->argv[0], r->argv);
     _exit(127);
 }

@@ -544,6 +544,25 @@ asio::awaitable<int> Client::exec_exit_code(std::string exec_id) {
     co_return static_cast<int>(code);
 }
 
+asio::awaitable<std::vector<std::string>> Client::list_images(std::string label_filter) {
+    auto res = check(co_await request("GET", "/images/json?filters=" + label_filters(label_filter)), "listing images failed");
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable image list: " + *error);
+    std::vector<std::string> names;
+    simdjson::dom::array items;
+    if (doc.root().get(items) != simdjson::SUCCESS) co_return names;
+    for (auto item : items) {
+        simdjson::dom::array tags;
+        if (item["RepoTags"].get(tags) != simdjson::SUCCESS) continue;  // null for an untagged image
+        for (auto tag : tags) {
+            std::string_view name;
+            if (tag.get(name) == simdjson::SUCCESS && name != "<none>:<none>") names.emplace_back(name);
+        }
+    }
+    std::sort(names.begin(), names.end());
+    co_return names;
+}
+
 asio::awaitable<std::optional<ImageInfo>> Client::inspect_image(std::string image) {
     auto res = co_await request("GET", "/images/" + url_encode(image) + "/json");
     if (res.status == 404) co_return std::nullopt;

@@ -137,6 +137,8 @@ public:
     asio::awaitable<std::unique_ptr<RawStream>> attach(std::string id);
     // nullopt when the image is not present locally.
     asio::awaitable<std::optional<ImageInfo>> inspect_image(std::string image);
+    // The names (REPOSITORY:TAG, sorted) of the local images carrying `label_filter`.
+    asio::awaitable<std::vector<std::string>> list_images(std::string label_filter);
     asio::awaitable<DaemonInfo> info();
 
     // ---- images ----

@@ -17,6 +17,7 @@
 
 #include "common/errors.hpp"
 #include "common/file_text.hpp"
+#include "common/ids.hpp"
 #include "common/log.hpp"
 #include "docker/transport.hpp"
 #include "sandbox/owner.hpp"
@@ -30,7 +31,11 @@ using local = asio::local::stream_protocol;
 namespace {
 
 constexpr const char* owner_file = "owner";
-// Room for a socket's name in its directory ("/sb-" and 12 hex digits, ".sock", and spare).
+// The directory's and the sockets' names: random, because the container's mount table
+// shows the socket's host path to its programs, which must learn nothing from it (not
+// the server's instance, not the sandbox's id).
+constexpr std::size_t name_bytes = 8;
+// Room for a socket's name in its directory ("/", 16 hex digits, ".sock", and spare).
 constexpr std::size_t longest_socket_name = 32;
 
 std::string base_dir() {
@@ -92,7 +97,7 @@ asio::awaitable<std::unique_ptr<docker::RawStream>> AgentChannel::accept(std::ch
     co_return docker::raw_stream(docker::Transport::Socket(std::move(socket)));
 }
 
-std::unique_ptr<AgentChannels> AgentChannels::open(const std::string& instance) {
+std::unique_ptr<AgentChannels> AgentChannels::open() {
     auto base = base_dir();
     if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
         log::warning("agent channels: cannot create {}: {}; sandboxes use their attach streams", base, std::strerror(errno));
@@ -103,7 +108,7 @@ std::unique_ptr<AgentChannels> AgentChannels::open(const std::string& instance) 
         return nullptr;
     }
     remove_dead(base);
-    auto dir = fmt::format("{}/{}", base, instance);
+    auto dir = fmt::format("{}/{}", base, random_hex(name_bytes));
     if (dir.size() + longest_socket_name >= sizeof(sockaddr_un::sun_path)) {
         log::warning("agent channels: {} is too long a path for Unix sockets; sandboxes use their attach streams", dir);
         return nullptr;
@@ -121,8 +126,8 @@ AgentChannels::~AgentChannels() {
     fs::remove_all(dir_, ec);
 }
 
-std::unique_ptr<AgentChannel> AgentChannels::listen(asio::any_io_executor executor, const std::string& name) const {
-    auto path = fmt::format("{}/{}.sock", dir_, name);
+std::unique_ptr<AgentChannel> AgentChannels::listen(asio::any_io_executor executor) const {
+    auto path = fmt::format("{}/{}.sock", dir_, random_hex(name_bytes));
     auto listener = std::make_unique<AgentChannel::Listener>(executor);
     boost::system::error_code ec;
     if (path.size() >= sizeof(sockaddr_un::sun_path)) ec = boost::asio::error::name_too_long;

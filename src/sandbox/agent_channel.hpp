@@ -41,22 +41,24 @@ private:
     std::unique_ptr<Listener> listener_;
 };
 
-// The directory of one server's channels, BASE/INSTANCE (mode 0700), with the
-// server's liveness record in BASE/INSTANCE/owner (owner.hpp). BASE, private to
+// The directory of one server's channels, BASE/RANDOM (mode 0700), with the
+// server's liveness record in BASE/RANDOM/owner (owner.hpp). The names of the
+// directory and of its sockets are random: a container's mount table shows its
+// socket's path, and tells its programs nothing. BASE, private to
 // the server's user: $RUNTIME_DIRECTORY (systemd's), /run/cubicle as root, else
 // $XDG_RUNTIME_DIR/cubicle, else /tmp/cubicle-UID.
 class AgentChannels {
 public:
     // Also removes the directories of servers provably dead. nullptr (and a warning)
     // when no directory can be made or BASE is not the user's own: then there are none.
-    static std::unique_ptr<AgentChannels> open(const std::string& instance);
+    static std::unique_ptr<AgentChannels> open();
     ~AgentChannels();  // removes the directory and what is left in it
     AgentChannels(const AgentChannels&) = delete;
     AgentChannels& operator=(const AgentChannels&) = delete;
 
     const std::string& path() const { return dir_; }
-    // Listens at DIR/NAME.sock; nullptr (and a warning) when it cannot.
-    std::unique_ptr<AgentChannel> listen(boost::asio::any_io_executor executor, const std::string& name) const;
+    // Listens at DIR/RANDOM.sock; nullptr (and a warning) when it cannot.
+    std::unique_ptr<AgentChannel> listen(boost::asio::any_io_executor executor) const;
 
 private:
     explicit AgentChannels(std::string dir) : dir_(std::move(dir)) {}

@@ -5,6 +5,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/ids.hpp"
 #include "common/log.hpp"
 #include "sandbox/agent_blob.hpp"
 #include "sandbox/policy.hpp"
@@ -12,7 +13,7 @@
 namespace cubicle::sandbox {
 
 AgentVolume::AgentVolume(asio::any_io_executor executor, docker::Client& docker, std::string instance)
-    : executor_(std::move(executor)), docker_(docker), instance_(std::move(instance)), name_("cubicle-agent-" + instance_) {}
+    : executor_(std::move(executor)), docker_(docker), instance_(std::move(instance)), name_("cubicle-agent-" + random_hex(8)) {}
 
 asio::awaitable<std::string> AgentVolume::ensure(std::string image) {
     if (state_ == State::filling) {

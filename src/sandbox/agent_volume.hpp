@@ -2,7 +2,9 @@
 // read-only: the agent is written once per server instead of once per container.
 // One per server instance, not one shared by every server on the daemon: a server
 // never rewrites the file another server's sandboxes are executing, and each
-// removes its own at exit (or the orphan sweep does, once the server is gone).
+// removes its own at exit (or the orphan sweep does, once the server is gone, by
+// its labels). Its name is random, not the instance's: a container's mount table
+// shows the volume's host path to its programs.
 #pragma once
 
 #include <memory>

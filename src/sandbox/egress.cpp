@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
+#include "common/ids.hpp"
 #include "common/log.hpp"
 #include "sandbox/agent_blob.hpp"
 #include "sandbox/policy.hpp"
@@ -14,7 +15,9 @@ namespace cubicle::sandbox {
 Egress::Egress(asio::any_io_executor executor, docker::Client& docker, const Config& config, std::string instance,
                AgentVolume& agent_volume)
     : executor_(std::move(executor)), docker_(docker), config_(config), instance_(std::move(instance)), agent_volume_(agent_volume),
-      network_name_("cubicle-egress-" + instance_) {}
+      // Random, not the instance's: a sandbox on the network can look its name up
+      // (Docker's DNS answers reverse lookups with container.network).
+      network_name_("cubicle-egress-" + random_hex(8)) {}
 
 std::string Egress::proxy_url() const { return fmt::format("http://{}:{}", proxy_alias, proxy_port); }
 
@@ -51,7 +54,7 @@ asio::awaitable<void> Egress::start() {
     auto agent_volume = co_await agent_volume_.ensure(config_.default_image);
     proxy_id_ = co_await docker_.create_container(
         proxy_config(config_.default_image, instance_, network_name_, config_.egress_allow, docker_.engine(), agent_volume),
-        "cubicle-proxy-" + instance_);
+        "cubicle-proxy-" + random_hex(8));
     if (agent_volume.empty()) co_await docker_.put_archive(proxy_id_, agent_dir, agent_archive());
     // The proxy's second network is the way out.
     co_await docker_.connect_network("bridge", proxy_id_);

@@ -310,6 +310,12 @@ def _zygote():
     import gc
     gc.collect()
     gc.freeze()
+    # Where the agent's marker (agent/protocol.h, CUBICLE_RUN_MARKER) lies in the
+    # environment this process's exec made: each run writes its id there, since
+    # that copy, not os.environ, is what /proc/PID/environ shows the agent.
+    libc.getenv.restype = ctypes.c_void_p
+    marker = libc.getenv(b'CUBICLE_RUN')
+    if marker and ctypes.string_at(marker) != b'0000000000': marker = None
     sock = socket.socket(fileno=3)
     sock.sendall(b'R')
     def exact(n, first):
@@ -332,13 +338,18 @@ def _zygote():
         if len(fds) != 4: os._exit(1)
         pid = os.fork()
         if pid == 0:
+            middle = os.getpid()
             try: child = os.fork()
             except BaseException: os._exit(1)
-            if child == 0: return libc, base, preload, sock, fds, body, executable
+            if child == 0:
+                # Runs only once it is the agent's child (the parent's exit
+                # reparents it), so that it never sees another parent.
+                while os.getppid() == middle: os.sched_yield()
+                return libc, base, preload, sock, fds, body, executable, marker
             os._exit(0)  # the run is orphaned to the agent, which waits for it
         for fd in fds: os.close(fd)
         os.waitpid(pid, 0)
-libc, base, preload, sock, fds, body, executable = _zygote()
+libc, base, preload, sock, fds, body, executable, marker = _zygote()
 del _zygote
 def _start():
     import io, random, site, types
@@ -367,6 +378,10 @@ def _start():
     for key in set(base) | set(os.environ):
         if (key.startswith('PYTHON') or key in ('PATH', 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'VIRTUAL_ENV')) and base.get(key) != os.environ.get(key):
             refuse(-1)
+    run = os.environ.get('CUBICLE_RUN', '')
+    if marker and run.isdigit() and len(run) <= 10:
+        import ctypes
+        ctypes.memmove(marker, b'%010d' % int(run), 10)
     import shutil
     found = shutil.which(argv[0]) if argv else None
     if not found or os.path.realpath(found) != executable: refuse(-1)
@@ -408,7 +423,7 @@ def _start():
     source = sys.stdin.buffer.read() if code is None else code
     return main, source, '<stdin>' if code is None else '<string>'
 _main, _source, _name = _start()
-del _start, libc, base, preload, sock, fds, body, executable
+del _start, libc, base, preload, sock, fds, body, executable, marker
 def _run():
     # What the interpreter would do with the program, but for the end: a full
     # finalization of the preloaded modules takes far longer than the fork, so

@@ -51,7 +51,7 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
       egress_(executor, docker, config, instance_, agent_volume_) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
-        channels_ = AgentChannels::open(instance_);
+        channels_ = AgentChannels::open();
 }
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
@@ -107,14 +107,36 @@ asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status
         log::info("pulling {}: {}", image, line);
         if (status) status(line);
     };
+    std::string failure;
     try {
         co_await docker_.pull_image(image, std::move(progress));
     } catch (const docker::Error& e) {
+        failure = e.what();
+    }
+    if (!failure.empty()) {
+        auto here = co_await images_here();
         throw ToolError(fmt::format("image {} is not available: it is not present locally and could not be pulled ({}). "
-                                    "Ask the user to load it on the Docker host, or pick another image.",
-                                    image, e.what()));
+                                    "Ask the user to load it on the Docker host, or pick another image.{}{}",
+                                    image, failure, here.empty() ? "" : " ", here));
     }
     log::info("pulled image {}", image);
+}
+
+asio::awaitable<std::string> Manager::images_here() {
+    constexpr std::size_t most = 20;
+    std::string label(image::recipe_label);  // named: GCC 12 and temporaries in a co_await (PITFALLS.md)
+    std::vector<std::string> names;
+    try {
+        names = co_await docker_.list_images(label);
+    } catch (const std::exception& e) {
+        log::debug("listing cubicle's images: {}", e.what());
+        co_return std::string();
+    }
+    if (names.empty()) co_return "This host has no cubicle image yet: the user builds them with `cubicle image build`.";
+    std::string list;
+    for (std::size_t i = 0; i < names.size() && i < most; ++i) list += (i ? ", " : "") + names[i];
+    if (names.size() > most) list += fmt::format(" and {} more", names.size() - most);
+    co_return fmt::format("cubicle's images on this host: {}.", list);
 }
 
 asio::awaitable<bool> Manager::check_default_image() {
@@ -256,13 +278,15 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     if (agent) agent_volume = co_await agent_volume_.ensure(spec.image);
     std::string sandbox_id = "sb-" + random_hex(6);
     std::unique_ptr<AgentChannel> channel;
-    if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_, sandbox_id);
+    if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_);
     // Built outside the co_await: GCC 12 frees temporaries inside one wrongly.
     std::string config = container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume,
                                           channel ? channel->path() : std::string());
     std::string container_id;
     try {
-        container_id = co_await docker_.create_container(std::move(config), "cubicle-" + sandbox_id);
+        // Not named after the sandbox: Podman writes the name into its /etc/hosts, and
+        // Docker's DNS answers a reverse lookup with it (the label io.cubicle.sandbox has the id).
+        container_id = co_await docker_.create_container(std::move(config), "cubicle-" + random_hex(6));
     } catch (const docker::Error& e) {
         // Refused for the socket's sake (Docker and Podman name the path): the engine does
         // not see this server's files (a remote daemon, a server in a container of its own),

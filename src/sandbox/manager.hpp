@@ -84,6 +84,8 @@ public:
 
 private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
+    // Which of cubicle's images this host has, said to whoever asked for a missing one.
+    asio::awaitable<std::string> images_here();
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
     // Tried once more when the agent volume turns out to have been removed (`retried`).

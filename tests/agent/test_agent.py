@@ -7,15 +7,17 @@ starts it locally as a subprocess and speaks the frame protocol over pipes.
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN,
+from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,8 +50,8 @@ class Result:
 class Agent:
     """Drives one agent process and decodes its frames."""
 
-    def __init__(self, **popen_kw):
-        self.proc = subprocess.Popen([str(AGENT)], stdin=subprocess.PIPE,
+    def __init__(self, binary=AGENT, **popen_kw):
+        self.proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, **popen_kw)
         self.buf = bytearray()
         self.log = []      # every frame received: (type, id, payload, time)
@@ -428,6 +430,16 @@ def test_env_override(agent):
     assert r.stdout == f"bar=baz|/override|{os_path}\n".encode()
 
 
+def test_every_execution_carries_its_marker(agent):
+    """The sweep tells a live execution's detached processes by the marker
+    their environment inherits; the request cannot set another."""
+    script = f'echo "${RUN_MARKER}"; sh -c \'tr "\\0" "\\n" < /proc/$$/environ\' | grep -c "^{RUN_MARKER}="'
+    agent.run(17, ["sh", "-c", script], env=[f"{RUN_MARKER}=99"])
+    assert agent.collect(17).stdout == b"17\n1\n"
+    agent.open(18, ["sh", "-c", f'echo "${RUN_MARKER}"'])
+    assert agent.collect(18).stdout == b"18\n"
+
+
 def test_env_inherited_from_agent():
     a = Agent(env={**os.environ, "AGENT_ONLY": "inherited"})
     try:
@@ -557,8 +569,24 @@ def test_gigabyte_output_with_cap(agent):
     assert (r.exit.code, r.exit.truncated) == (0, 1)
 
 
+@pytest.fixture
+def reachable_agent():
+    """The agent binary where any uid can run it: the tree (and TMPDIR) may sit
+    in a private directory, as when a package is built as root in a `mktemp -d`
+    (mode 0700).  /tmp is world-traversable."""
+    place = Path(tempfile.mkdtemp(prefix="cubicle-agent-", dir="/tmp"))
+    try:
+        place.chmod(0o755)
+        binary = place / "cubicle-agent"
+        shutil.copy2(AGENT, binary)   # linked statically: the one file is all it needs
+        binary.chmod(0o755)
+        yield binary
+    finally:
+        shutil.rmtree(place)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the agent as an unprivileged user")
-def test_fork_failure_and_fork_bomb():
+def test_fork_failure_and_fork_bomb(reachable_agent):
     # As an unused uid with RLIMIT_NPROC=3 the agent plus two children exhaust
     # the process budget, so the next RUN cannot fork.
     import resource
@@ -567,7 +595,7 @@ def test_fork_failure_and_fork_bomb():
         resource.setrlimit(resource.RLIMIT_NPROC, (3, 3))
 
     uid = 60000 + os.getpid() % 5000  # a uid no other test run shares
-    a = Agent(user=uid, group=uid, extra_groups=[], preexec_fn=limit, cwd="/")
+    a = Agent(reachable_agent, user=uid, group=uid, extra_groups=[], preexec_fn=limit, cwd="/")
     try:
         try:
             a.read_frame()

@@ -14,7 +14,7 @@ import pytest
 
 from test_agent import EXIT, Agent, agent, encode_run, pid_alive, pytestmark, wait_dead  # noqa: F401
 
-from agent_wire import FORK, ZYGOTE
+from agent_wire import FORK, RUN_MARKER, ZYGOTE
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = re.search(r'python_zygote = R"PY\((.*?)\)PY";', (REPO / "src/sandbox/languages.cpp").read_text(),
@@ -77,6 +77,20 @@ def test_fork_runs_like_an_exec(zagent, tmp_path):
     assert first == f"__main__ ['-', 'a', 'b'] {tmp_path} yes True"
     assert second == f"True True {zagent.proc.pid}"   # its own session; the agent is its parent
     assert r.stderr == b"err\n" and (r.exit.code, r.exit.signal) == (7, 0)
+
+
+def test_a_forked_run_carries_its_marker_where_the_sweep_reads_it(zagent):
+    # /proc/PID/environ shows what exec made: the zygote's, with the run's id
+    # written over its placeholder; a child forked without exec has the same.
+    code = ("import os, time\n"
+            "def marker(pid): return [e for e in open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0') if e.startswith(b'"
+            + RUN_MARKER + "=')]\n"
+            "pid = os.fork()\n"
+            "if pid == 0: os.setsid(); time.sleep(5); os._exit(0)\n"
+            "print(os.environ['" + RUN_MARKER + "'], marker(os.getpid()), marker(pid))\n"
+            "os.kill(pid, 9)\n")
+    r = fork(zagent, 4242, code, env=[f"{RUN_MARKER}=1"])
+    assert r.stdout.decode() == f"4242 [b'{RUN_MARKER}=0000004242'] [b'{RUN_MARKER}=0000004242']\n", r.stderr
 
 
 def test_dash_c_and_stdin_for_the_program(zagent):

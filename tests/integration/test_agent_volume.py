@@ -120,7 +120,9 @@ def test_the_egress_proxy_takes_the_agent_from_the_same_volume(raw_server):
     sb = s.ok("initialize_sandbox", {"network": True})
     inst = instance_of(sb["container_id"])
     volume = _volume_mounts(sb["container_id"])[AGENT_DIR]["Name"]
-    proxy = _volume_mounts(f"cubicle-proxy-{inst}")
+    (proxy_id,) = docker("ps", "-q", "--filter", f"label=io.cubicle.instance={inst}",
+                         "--filter", "label=io.cubicle.role=proxy").stdout.split()
+    proxy = _volume_mounts(proxy_id)
     assert set(proxy) == {AGENT_DIR}, proxy
     assert proxy[AGENT_DIR]["Name"] == volume and proxy[AGENT_DIR]["RW"] is False, proxy
     s.close_stdin()

@@ -16,6 +16,9 @@ import pytest
 from agent_wire import ERROR, EXIT, HDR, RUN, STDOUT, encode_frame, encode_run
 from conftest import IMAGE, LEAK, OWN_PROCESSES_MB, assert_stopped_at_the_limit, docker_inspect, start_server
 
+
+from conftest import IMAGE, INSTANCE_LABEL, docker_inspect, start_server
+
 MiB = 1024 * 1024
 
 # Lists the processes whose argv[0] starts with a marker, by /proc (no pgrep:
@@ -98,21 +101,122 @@ async def test_cancelled_run_kills_what_it_detached(srv, box):
     assert await marked(srv, sid, "cubicle-cancel-d") == 0
 
 
-async def test_what_a_persistent_sandbox_keeps(srv, box):
-    """At a normal end the program's whole session goes (job-controlled groups
-    too); a process detached into a session of its own stays until a run times
-    out, and a timeout spares the programs still running beside it."""
+# --------------------------------------------------------------------------
+# 1b. ... and at a normal end: only live executions keep processes
+# --------------------------------------------------------------------------
+
+# A classic daemon: fork, setsid, fork, exec.
+DAEMON = (
+    "import os\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        os.execvp('sleep', ['{}', '999'])\n"
+    "    os._exit(0)\n"
+)
+
+
+def escapes(prefix: str) -> str:
+    """Shell that leaves, in five ways, processes named PREFIX-daemon, -group (a job-controlled
+    process group), -setsid, -nohup and -nohup-setsid."""
+    return (f"python3 -c \"{DAEMON.format(prefix + '-daemon')}\"; "
+            f"bash -c 'set -m; exec -a {prefix}-group sleep 999 &'; "
+            f"setsid bash -c 'exec -a {prefix}-setsid sleep 999' & "
+            f"nohup bash -c 'exec -a {prefix}-nohup sleep 999' >/dev/null 2>&1 & "
+            f"nohup setsid bash -c 'exec -a {prefix}-nohup-setsid sleep 999' >/dev/null 2>&1 & ")
+
+
+async def test_a_command_ends_with_every_process_it_started(srv, box):
     sid = box["sandbox_id"]
-    r = await srv.sh(sid, "bash -c 'set -m; exec -a cubicle-group-e sleep 999 &' ; "
-                          "setsid bash -c 'exec -a cubicle-detached-e sleep 999' & sleep 1")
-    assert r["exit_code"] == 0, r
-    assert await marked(srv, sid, "cubicle-group-e") == 0
-    assert await marked(srv, sid, "cubicle-detached-e") == 1
+    r = await srv.sh(sid, escapes("cubicle-end-a") + "sleep 0.5; " + COUNT_MARKED.format("cubicle-end-a"))
+    assert r["exit_code"] == 0 and r["stdout"].strip() == "5", r   # all five were running at its end
+    assert await marked(srv, sid, "cubicle-end-a") == 0
+
+
+async def test_a_fresh_program_ends_with_every_process_it_started(srv, box):
+    sid = box["sandbox_id"]
+    code = ("import os, subprocess, time\n" + DAEMON.format("cubicle-end-b-daemon") +
+            "subprocess.Popen(['cubicle-end-b-popen', '999'], executable='sleep', start_new_session=True)\n"
+            f"os.system({escapes('cubicle-end-b')!r})\n"
+            "time.sleep(0.5)\n"
+            f"os.system({COUNT_MARKED.format('cubicle-end-b')!r})\n")
+    for _ in range(2):   # the first may be exec'd, a later one forked by the zygote
+        sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": code, "fresh": True})
+        assert sc["exit_code"] == 0 and sc["stdout"].strip() == "7", sc
+        assert await marked(srv, sid, "cubicle-end-b") == 0
+
+
+async def test_a_background_run_keeps_what_it_started_while_it_lives(srv, box):
+    sid = box["sandbox_id"]
+    run = await srv.ok("run_command", {"sandbox_id": sid, "background": True,
+                                       "command": "setsid bash -c 'exec -a cubicle-bg-c sleep 999' & sleep 4"})
+    for _ in range(50):
+        if await marked(srv, sid, "cubicle-bg-c") == 1:   # each look is a run that ended
+            break
+        await asyncio.sleep(0.1)
+    assert (await srv.sh(sid, "sleep 60", timeout_s=1))["timed_out"]
+    assert await marked(srv, sid, "cubicle-bg-c") == 1
+    look = await srv.ok("get_run", {"run_id": run["run_id"], "wait_s": 10})
+    while look["status"] == "running":
+        look = await srv.ok("get_run", {"run_id": run["run_id"], "wait_s": 10})
+    assert look["status"] == "exited", look
+    assert await marked(srv, sid, "cubicle-bg-c") == 0
+
+
+async def test_a_cells_child_lives_as_long_as_the_interpreter(srv, box):
+    sid = box["sandbox_id"]
+    start = ("import subprocess\n"
+             "child = subprocess.Popen(['cubicle-cell-d', '999'], executable='sleep', start_new_session=True)\n")
+    await srv.ok("execute_code", {"sandbox_id": sid, "code": start})
+    assert await marked(srv, sid, "cubicle-cell-d") == 1
+    assert (await srv.sh(sid, "sleep 60", timeout_s=1))["timed_out"]
+    sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": "print(child.poll())"})
+    assert sc["stdout"] == "None\n", sc
+    # The interpreter ends (normally, here): its cells' children go with it.
+    await srv.call("execute_code", {"sandbox_id": sid, "code": "import os; os._exit(0)"})
+    assert await marked(srv, sid, "cubicle-cell-d") == 0
+    # ... and when it is killed.
+    await srv.ok("execute_code", {"sandbox_id": sid, "code": start})
+    assert await marked(srv, sid, "cubicle-cell-d") == 1
+    sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": "import time; time.sleep(60)", "timeout_s": 1})
+    assert sc["timed_out"] and sc["state_lost"], sc
+    assert await marked(srv, sid, "cubicle-cell-d") == 0
+
+
+async def test_a_forked_program_keeps_its_detached_child_while_it_runs(srv, box):
+    """A fresh Python program forked by the zygote carries its marker too: its
+    setsid'd child without exec survives other runs' ends while it runs."""
+    sid = box["sandbox_id"]
+    zygote = r"CUBICLE_RUN=\d{10}\b"   # the zygote's runs carry a zero-padded marker
+    probe = "import re; print(bool(re.search(rb'" + zygote + "', open('/proc/self/environ', 'rb').read())))"
+    for _ in range(100):
+        if (await srv.ok("execute_code", {"sandbox_id": sid, "code": probe, "fresh": True}))["stdout"] == "True\n":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("no fresh run came from the zygote")
+    code = ("import os, sys, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.setsid(); time.sleep(30); os._exit(0)\n"
+            f"print(bool(__import__('re').search(rb'{zygote}', open('/proc/self/environ', 'rb').read())), flush=True)\n"
+            "time.sleep(3)\n"
+            "print('alive' if os.waitpid(pid, os.WNOHANG) == (0, 0) else 'gone')\n")
+    run = asyncio.create_task(srv.ok("execute_code", {"sandbox_id": sid, "code": code, "fresh": True}))
+    await asyncio.sleep(1)
+    await srv.sh(sid, "true")
+    assert (await srv.sh(sid, "sleep 60", timeout_s=1))["timed_out"]
+    sc = await run
+    assert sc["stdout"] == "True\nalive\n", sc
+
+
+async def test_a_timeout_spares_the_programs_beside_it(srv, box):
+    """A timeout spares the programs still running beside it and the interpreter's state."""
+    sid = box["sandbox_id"]
     survivor = asyncio.create_task(srv.sh(sid, "bash -c 'exec -a cubicle-beside-e sleep 4'; echo survived"))
     await asyncio.sleep(1)
     r = await srv.sh(sid, "sleep 60", timeout_s=1)
     assert r["timed_out"], r
-    assert await marked(srv, sid, "cubicle-detached-e") == 0
     r = await survivor
     assert r["exit_code"] == 0 and r["stdout"] == "survived\n", r
     # The interpreter's state survives another run's timeout.
@@ -126,8 +230,12 @@ async def test_timeout_stays_within_the_workspace_uid(srv):
     a = await srv.new_sandbox(workspace=True)
     b = await srv.new_sandbox(workspace=True)
     try:
-        r = await srv.sh(a["sandbox_id"], "setsid bash -c 'exec -a cubicle-ws-a sleep 999' & sleep 1")
-        assert r["exit_code"] == 0, r
+        await srv.ok("run_command", {"sandbox_id": a["sandbox_id"], "background": True,
+                                     "command": "setsid bash -c 'exec -a cubicle-ws-a sleep 999' & sleep 60"})
+        for _ in range(50):
+            if await marked(srv, a["sandbox_id"], "cubicle-ws-a") == 1:
+                break
+            await asyncio.sleep(0.1)
         r = await srv.sh(b["sandbox_id"], "setsid bash -c 'exec -a cubicle-ws-b sleep 999' & sleep 60", timeout_s=2)
         assert r["timed_out"], r
         assert await marked(srv, b["sandbox_id"], "cubicle-ws-b") == 0
@@ -135,6 +243,57 @@ async def test_timeout_stays_within_the_workspace_uid(srv):
     finally:
         for w in (a, b):
             await srv.call("stop_sandbox", {"sandbox_id": w["sandbox_id"]}, timeout=30)
+
+
+# Looks for SECRETS in everything a program can read about its sandbox: its
+# environment, the named /proc files, the hostname, and every readable file
+# outside the workspace (/proc and /sys aside, and /usr, which the image built
+# before any id existed), 4 MiB of each at most. Prints the hits.
+FIND_IDS = r"""
+import os, socket
+secrets = [s.encode() for s in SECRETS]
+hits = []
+def look(where, data):
+    hits.extend(f"{where}: {s.decode()}" for s in secrets if s in data)
+look("env", repr(dict(os.environ)).encode())
+look("hostname", socket.gethostname().encode())
+try:
+    for ip in socket.gethostbyname_ex(socket.gethostname())[2]:
+        look("reverse lookup", repr(socket.gethostbyaddr(ip)).encode())
+except OSError: pass
+for name in ["self/mountinfo", "self/cgroup", "self/environ", "1/cmdline", "1/environ"]:
+    try: look("/proc/" + name, open("/proc/" + name, "rb").read())
+    except OSError: pass
+files = 0
+for top in sorted(os.listdir("/")):
+    if top in ("proc", "sys", "usr", "workspace"): continue
+    for root, dirs, names in os.walk("/" + top):
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                if os.path.islink(path) or not os.path.isfile(path): continue
+                with open(path, "rb") as f: look(path, f.read(4 << 20))
+                files += 1
+            except OSError: pass
+print(files, hits)
+"""
+
+
+async def test_a_sandbox_cannot_learn_its_ids(srv, box):
+    """Neither the sandbox's id nor the server's instance id is readable inside it
+    (the agent's socket once had both in its host path, in the mount table)."""
+    sid = box["sandbox_id"]
+    (status,) = (await srv.ok("get_sandbox_status", {"sandbox_id": sid}))["sandboxes"]
+    instance = docker_inspect(status["container_id"])["Config"]["Labels"][INSTANCE_LABEL]
+    secrets = [sid, sid.removeprefix("sb-"), instance]
+    code = FIND_IDS.replace("SECRETS", repr(secrets))
+    sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": code, "timeout_s": 120})
+    files, hits = sc["stdout"].split(" ", 1)
+    assert int(files) > 10 and hits.strip() == "[]", sc
+    # the same program, told a string that is there, finds it
+    sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": FIND_IDS.replace("SECRETS", "['agent.sock', 'C.UTF-8']"),
+                                       "timeout_s": 120})
+    assert "/proc/self/mountinfo: agent.sock" in sc["stdout"] and "env: C.UTF-8" in sc["stdout"], sc
 
 
 AGENT_BIN = Path(__file__).resolve().parents[2] / "build/src/agent/cubicle-agent"

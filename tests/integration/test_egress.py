@@ -58,3 +58,22 @@ async def test_private_and_link_local_addresses_stay_unreachable_without_a_list(
         for url in (f"http://{web_server}:8080/", "http://169.254.169.254/latest/meta-data/", f"http://{host_gateway}:8080/"):
             sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": FETCH.format(url=url)})
             assert "HTTP 403" in sc["stdout"], (url, sc)
+
+
+async def test_a_networked_sandbox_cannot_look_up_its_ids():
+    """Docker's DNS answers reverse lookups on the sandbox's network with container.network
+    names: neither may hold the sandbox's id or the server's instance id."""
+    async with start_server("--allow-network") as srv:
+        sb = await srv.new_sandbox(network=True)
+        instance = docker_inspect(sb["container_id"])["Config"]["Labels"]["io.cubicle.instance"]
+        code = ("import socket\n"
+                "names = []\n"
+                "for host in (socket.gethostname(), 'cubicle-proxy'):\n"
+                "    try:\n"
+                "        for ip in socket.gethostbyname_ex(host)[2]: names.append(socket.gethostbyaddr(ip))\n"
+                "    except OSError as e: names.append(repr(e))\n"
+                "print(names)\n")
+        sc = await srv.ok("execute_code", {"sandbox_id": sb["sandbox_id"], "code": code})
+        assert "cubicle-egress-" in sc["stdout"], sc   # the lookups answer
+        for secret in (sb["sandbox_id"], sb["sandbox_id"].removeprefix("sb-"), instance):
+            assert secret not in sc["stdout"], (secret, sc)

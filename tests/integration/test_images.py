@@ -239,3 +239,12 @@ def test_the_builtin_images_are_never_pulled(minimal_image: str) -> None:
     assert answer["content"][0]["text"] == ("the image cubicle/server:latest is not installed on this host; "
                                             "ask the user to run `cubicle image build server`")
     assert "pulling" not in stderr
+
+
+def test_a_missing_image_names_the_images_this_host_has(minimal_image: str) -> None:
+    name = f"127.0.0.1:{free_port()}/cubicle-test/absent:v1"   # nothing listens there: the pull fails at once
+    answer, _ = call_once(["--default-image", MINIMAL, "--pool-size", "0"], {"image": name}, tool="initialize_sandbox")
+    text = answer["content"][0]["text"]
+    assert answer["isError"] is True and "pick another image" in text, text
+    listed = text.split("cubicle's images on this host: ", 1)[1]
+    assert MINIMAL in listed.rstrip(".").split(", "), text
