@@ -132,7 +132,7 @@ def test_doctor_passes_on_a_working_host(minimal_image: str) -> None:
     assert lines[0].startswith("✓ Docker endpoint unix:///var/run/docker.sock (unix), from the default: reachable")
     assert "Engine API 1.4" in lines[0]
     for expected in ("✓ permission to use the Docker API", f"✓ image {MINIMAL} (the default): current",
-                     ": container runtimes runc (default)", "✓ limits enforced in the sandbox's cgroup", "started with its agent in",
+                     ": container runtimes runc (default)", "✓ limits enforced: programs' memory", "started with its agent in",
                      "✓ round trip print(1): "):
         assert any(expected in line for line in lines), (expected, r.stdout)
     # Optional parts missing here are shown with their fix but do not fail the run.
