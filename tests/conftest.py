@@ -662,12 +662,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):
 # The memory a sandbox holds beside its programs and files (sandbox/policy.cpp): the agent, the zygote, kernel memory and a check's slack.
 OWN_PROCESSES_MB = 128
 # Reports the memory it holds of its own at start (Private_Dirty: a fork's pages
-# still shared with the zygote are not its own), then leaks 8 MiB (touched) at a time.
+# still shared with the zygote are not its own; where smaps_rollup lacks it, as
+# under gVisor, statm's resident less shared pages), then leaks 8 MiB (touched) at
+# a time.
 LEAK = ("import re\n"
         "try:\n"
-        "    base = int(re.search(r'Private_Dirty:\\s+(\\d+)', open('/proc/self/smaps_rollup').read())[1]) >> 10\n"
+        "    own = re.search(r'Private_Dirty:\\s+(\\d+)', open('/proc/self/smaps_rollup').read())\n"
         "except OSError:\n"
-        "    base = int(re.search(r'RssAnon:\\s+(\\d+)', open('/proc/self/status').read())[1]) >> 10\n"
+        "    own = None\n"
+        "if own:\n"
+        "    base = int(own[1]) >> 10\n"
+        "else:\n"
+        "    size, resident, shared = map(int, open('/proc/self/statm').read().split()[:3])\n"
+        "    base = (resident - shared) * 4096 >> 20\n"
         "print(base, flush=True)\n"
         "chunks = []\n"
         "while True:\n"
