@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <deque>
 #include <map>
+#include <sstream>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -232,6 +233,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     template <class Stream>
     asio::awaitable<bool> send(Stream& stream, Response response);
     Response make(const Request& request, http::status status, std::string body, std::string_view type = "application/json");
+    std::string sse_header(const Request& request, const std::string& session_id);
     std::optional<Response> check_origin(const Request& request);
     std::string metrics_text();
     asio::awaitable<void> retire(std::unique_ptr<Session> session);
@@ -428,6 +430,19 @@ Response HttpServer::Impl::make(const Request& request, http::status status, std
     response.keep_alive(request.keep_alive() && !stopping);
     response.body() = std::move(body);
     return response;
+}
+
+// The header of an answer streamed as server-sent events, as text: it goes out with the first events.
+std::string HttpServer::Impl::sse_header(const Request& request, const std::string& session_id) {
+    http::response<http::empty_body> header{http::status::ok, request.version()};
+    header.set(http::field::content_type, "text/event-stream");
+    header.set(http::field::cache_control, "no-cache, no-transform");
+    if (!session_id.empty()) header.set("Mcp-Session-Id", session_id);
+    header.keep_alive(request.keep_alive());
+    header.chunked(true);
+    std::ostringstream text;
+    text << header.base();
+    return std::move(text).str();
 }
 
 template <class Stream>
@@ -628,10 +643,10 @@ asio::awaitable<bool> HttpServer::Impl::stream_exchange(Stream& stream, Request 
     bool watching = true;  // for the client going away
     bool client_gone = false;
     bool header_sent = false;
-    std::optional<http::response<http::empty_body>> header;
-    std::optional<http::response_serializer<http::empty_body>> serializer;
-    std::string last;  // JSON mode: the answer is the last message
+    bool ended = false;  // SSE: the last chunk is sent
+    std::string last;    // JSON mode: the answer is the last message
     for (;;) {
+        std::string events;  // SSE: the messages waiting now
         while (!exchange->messages.empty()) {
             auto message = std::move(exchange->messages.front());
             exchange->messages.pop_front();
@@ -639,26 +654,27 @@ asio::awaitable<bool> HttpServer::Impl::stream_exchange(Stream& stream, Request 
                 last = std::move(message);
                 continue;
             }
+            events += "event: message\ndata: ";
+            events += message;
+            events += "\n\n";
+        }
+        if (!events.empty()) {
+            // One write for all that is ready: the header the first time, the events, and the
+            // end of the stream once the call is over. A call without notifications is then one
+            // segment, as its JSON answer would be, not three the client wakes up for one by one.
+            std::string out;
             if (!header_sent) {
-                header.emplace(http::status::ok, request.version());
-                header->set(http::field::content_type, "text/event-stream");
-                header->set(http::field::cache_control, "no-cache, no-transform");
-                if (!session_id.empty()) header->set("Mcp-Session-Id", session_id);
-                header->keep_alive(request.keep_alive());
-                header->chunked(true);
-                serializer.emplace(*header);
-                lowest.expires_after(write_timeout);
-                auto [ec, n] = co_await http::async_write_header(stream, *serializer, use_tuple);
+                out = sse_header(request, session_id);
                 ++responses[200];
                 header_sent = true;
-                if (ec) {
-                    client_gone = true;
-                    break;
-                }
             }
-            auto event = fmt::format("event: message\ndata: {}\n\n", message);
+            out += beast::buffers_to_string(http::make_chunk(asio::buffer(events)));
+            if (exchange->finished) {
+                out += beast::buffers_to_string(http::make_chunk_last());
+                ended = true;
+            }
             lowest.expires_after(write_timeout);
-            auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(event)), use_tuple);
+            auto [ec, n] = co_await asio::async_write(stream, asio::buffer(out), use_tuple);
             if (ec) {
                 client_gone = true;
                 break;
@@ -691,9 +707,12 @@ asio::awaitable<bool> HttpServer::Impl::stream_exchange(Stream& stream, Request 
         co_return false;
     }
     if (sse && header_sent) {
-        lowest.expires_after(write_timeout);
-        auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
-        co_return !ec && request.keep_alive() && !stopping;
+        if (!ended) {
+            lowest.expires_after(write_timeout);
+            auto [ec, n] = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
+            if (ec) co_return false;
+        }
+        co_return request.keep_alive() && !stopping;
     }
     Response response = last.empty() ? make(request, http::status::accepted, "") : make(request, http::status::ok, std::move(last));
     if (!session_id.empty()) response.set("Mcp-Session-Id", session_id);

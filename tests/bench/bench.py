@@ -226,10 +226,12 @@ class Server:
 # ---------------------------------------------------------------------------
 
 class HttpConn:
-    """One keep-alive connection; JSON answers only (Accept: application/json)."""
+    """One keep-alive connection. Asks for JSON answers, or with `sse` accepts both as MCP clients do
+    (a tool call is then answered as server-sent events, chunked)."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, sse: bool = False):
         self.port = port
+        self.accept = "application/json, text/event-stream" if sse else "application/json"
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.headers: dict[str, str] = {}
@@ -242,10 +244,14 @@ class HttpConn:
         assert self.reader and self.writer
         body = json.dumps(msg, separators=(",", ":")).encode()
         head = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Content-Type: application/json",
-                "Accept: application/json", f"Content-Length: {len(body)}"]
+                f"Accept: {self.accept}", f"Content-Length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in self.headers.items()]
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         status, headers, data = await self._read()
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            # The answer is the last event; notifications (none asked for here) come before it.
+            events = [line[6:] for line in data.decode().splitlines() if line.startswith("data: ")]
+            return status, headers, (json.loads(events[-1]) if events else {})
         return status, headers, (json.loads(data) if data else {})
 
     async def get(self, path: str) -> int:
@@ -260,6 +266,13 @@ class HttpConn:
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             k, _, v = line.decode().partition(":")
             headers[k.strip().lower()] = v.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            data = b""
+            while size := int((await self.reader.readline()).split(b";")[0], 16):
+                data += await self.reader.readexactly(size)
+                await self.reader.readexactly(2)
+            await self.reader.readexactly(2)
+            return status, headers, data
         data = await self.reader.readexactly(int(headers.get("content-length", "0")))
         return status, headers, data
 
@@ -861,7 +874,9 @@ class Bench:
 
     async def section_http(self, stdio: Server) -> None:
         pair = self.row("http_pair_stdio", "7", "stdio `execute_code` print(1), stateful, alternating with HTTP (baseline)")
-        over = self.row("http_stateful", "7", "HTTP `execute_code` print(1), stateful, one keep-alive connection")
+        over = self.row("http_stateful", "7", "HTTP `execute_code` print(1), stateful, one keep-alive connection, JSON answers")
+        over_sse = self.row("http_stateful_sse", "7", "the same answered as server-sent events (Accept: application/json, "
+                                                     "text/event-stream, as MCP clients send), same sandbox, own connection")
         tput = self.row("http_tput", "7", "HTTP: 50 clients (own session and workspace each) × stateful print(1)")
         idle = self.row("http_idle", "7", "HTTP server VmRSS holding 1,000 idle keep-alive connections")
         srv = HttpServerProcess(self.binary, ["--pool-size", "0", "--max-sandboxes", "200", "--client-max-sandboxes", "200",
@@ -871,6 +886,7 @@ class Bench:
         conns: list[HttpConn] = []
         try:
             session = await HttpSession(await HttpConn(srv.port).open(), srv.path).start()
+            sse_session = await HttpSession(await HttpConn(srv.port, sse=True).open(), srv.path).start()
             r = await session.call("initialize_sandbox", {})
             if r.error:
                 raise RuntimeError(f"HTTP initialize_sandbox: {r.error}")
@@ -880,22 +896,26 @@ class Bench:
             rounds = max(self.rounds * 10, 50)
             for _ in range(5):
                 await session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
+                await sse_session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
                 await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
-            self.log(f"section 7: stateful print(1), HTTP and stdio alternating, {rounds} rounds")
+            self.log(f"section 7: stateful print(1), HTTP (JSON, SSE) and stdio alternating, {rounds} rounds")
             for _ in range(rounds):
-                r = await session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
-                (over.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"HTTP exec: {short(r.error or r.sc)}"))
-                r = await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
-                (pair.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"stdio exec: {short(r.error or r.sc)}"))
+                for http_row, http_session in ((over, session), (over_sse, sse_session)):
+                    r = await http_session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
+                    (http_row.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"HTTP exec: {short(r.error or r.sc)}"))
+                    r = await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
+                    (pair.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"stdio exec: {short(r.error or r.sc)}"))
             await self.stop(stdio, stdio_sid)
             # Now, not after the throughput run: the server closes a connection idle for 120 s.
             await session.call("stop_sandbox", {"sandbox_id": http_sid})
             session.conn.close()
-            if over.samples and pair.samples:
-                diff = over.med - pair.med
-                over.ratios = [f"this − stdio = {diff:+.3f} ms"]
-                over.target = "≤ stdio + 0.5 ms"
-                over.checks = [diff <= 0.5]
+            sse_session.conn.close()
+            for http_row in (over, over_sse):
+                if http_row.samples and pair.samples:
+                    diff = http_row.med - pair.med
+                    http_row.ratios = [f"this − stdio = {diff:+.3f} ms (stdio median {pair.med:.3f} ms)"]
+                    http_row.target = "≤ stdio + 0.5 ms"
+                    http_row.checks = [diff <= 0.5]
 
             clients, per = 50, max(self.rounds * 2, 20)
             self.log(f"section 7: {clients} HTTP clients × {per} stateful executions")
@@ -1257,7 +1277,7 @@ class Bench:
             self.apply_targets()
         order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
                  "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100", "shutdown_100",
-                 "http_pair_stdio", "http_stateful", "http_tput", "http_idle",
+                 "http_pair_stdio", "http_stateful", "http_stateful_sse", "http_tput", "http_idle",
                  *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first")),
                  "flood_first_byte", "flood_first_byte_result"]
         order += [f"lang_{kind}_{language}" for language in LANGUAGE_PROGRAMS for kind in ("first", "again")]
