@@ -124,7 +124,8 @@ std::string fill_placeholders(std::string_view text, const Config& config, bool 
 }
 
 std::vector<mcp::Tool> catalogue_tools(const Config& config, Handlers handlers) {
-    for (const auto& [name, handler] : handlers) {
+    for (const auto& handler : handlers) {
+        std::string_view name = handler.first;  // Clang 14 cannot capture a structured binding
         if (std::ranges::none_of(catalogue(), [name](const CatalogueEntry& e) { return e.name == name; })) {
             throw std::logic_error(fmt::format("catalogue: a handler for {}, which has no data file", name));
         }
