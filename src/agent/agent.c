@@ -448,6 +448,23 @@ static void cloexec_from_3(void)
         fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+/* What exec does with those fds, for a builtin that runs without exec:
+ * otherwise it would hold, among others, the write end of its own stdin
+ * and never see its end. */
+static void close_from_3(void)
+{
+#if defined(SYS_close_range)
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+        return;
+#endif
+    struct rlimit rl;
+    long max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
+        max = (long)rl.rlim_cur;
+    for (int fd = 3; fd < max; fd++)
+        close(fd);
+}
+
 /* Give an OPEN child its control pipe as fd 3, the only fd above 2 that
  * survives exec.  Runs after cloexec_from_3, so every other fd is CLOEXEC. */
 static void install_control_fd(int ctl_w, int *ep)
@@ -525,7 +542,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
         int argc = 0;
         while (r->argv[argc])
             argc++;
-        close(ep);   /* "it runs": the agent stops waiting for an exec */
+        close_from_3();   /* closes ep too: "it runs", the agent stops waiting for an exec */
         _exit(builtin(argc, r->argv));
     }
     execvp(r->argv[0], r->argv);

@@ -47,8 +47,8 @@ static int check_regular(const char *path, const struct stat *st)
 
 static void format_stamp(const struct stat *st, char *out, size_t size)
 {
-    snprintf(out, size, "%lld %lld.%09ld", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
-             st->st_mtim.tv_nsec);
+    snprintf(out, size, "%lld %lld.%09ld %llu", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+             st->st_mtim.tv_nsec, (unsigned long long)st->st_ino);
 }
 
 static int copy_all(int from, int to)
@@ -96,7 +96,7 @@ int read_file_main(int argc, char **argv)
         fprintf(stderr, "%s is %lld bytes; the limit is %lld bytes\n", argv[1], (long long)st.st_size, max);
         return 2;
     }
-    char stamp[64];
+    char stamp[96];
     format_stamp(&st, stamp, sizeof stamp);
     printf("%s %o\n", stamp, (unsigned)(st.st_mode & 07777));
     fflush(stdout);
@@ -118,7 +118,7 @@ int replace_file_main(int argc, char **argv)
         return fail(argv[1], strerror(errno));
     if ((rc = check_regular(argv[1], &st)))
         return rc;
-    char stamp[64];
+    char stamp[96];
     format_stamp(&st, stamp, sizeof stamp);
     if (strcmp(stamp, argv[2]) != 0)
         return fail(argv[1], "changed while it was being edited; read it again and retry");

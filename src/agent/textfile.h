@@ -10,8 +10,9 @@
 
 /* argv: CUBICLE_BUILTIN_READ_FILE PATH MAX_BYTES.  PATH must be a regular
  * file inside the working directory (links followed only while they stay
- * inside it) of at most MAX_BYTES.  Writes its stamp ("SIZE MTIME_NS", what
- * replace-file checks), a space, its permission bits in octal, a newline, then
+ * inside it) of at most MAX_BYTES.  Writes its stamp ("SIZE MTIME INODE",
+ * what replace-file checks: the modification time is as coarse as the
+ * kernel's clock tick, and a replaced file is a new inode), a space, its permission bits in octal, a newline, then
  * its bytes.  Returns 2 with the reason on stderr when it cannot. */
 int read_file_main(int argc, char **argv);
 

@@ -293,7 +293,7 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
 
 // ---- edit_file ------------------------------------------------------------
 
-// A file as edit_file read it: its stamp (size and modification time, which the
+// A file as edit_file read it: its stamp (size, modification time and inode, which the
 // write checks so that a file changed meanwhile is left alone) and bytes.
 struct FileForEdit {
     std::string stamp;
@@ -304,10 +304,10 @@ struct FileForEdit {
 constexpr std::string_view read_for_edit_sh = R"SH(
         size=$(wc -c < "$1") || exit 2
         if [ "$size" -gt "$2" ]; then echo "$1 is $size bytes; the limit is $2 bytes" >&2; exit 2; fi
-        stat -L -c '%s %.9Y %a' -- "$1" && exec cat -- "$1")SH";
+        stat -L -c '%s %.9Y %i %a' -- "$1" && exec cat -- "$1")SH";
 constexpr std::string_view replace_after_edit_sh = R"SH(
         f=$(realpath -- "$1") || exit 2
-        if [ "$(stat -c '%s %.9Y' -- "$f")" != "$2" ]; then
+        if [ "$(stat -c '%s %.9Y %i' -- "$f")" != "$2" ]; then
             echo "$1 changed while it was being edited; read it again and retry" >&2; exit 2
         fi
         t=$(mktemp -- "$(dirname -- "$f")/.$(basename -- "$f").cubicle-edit-XXXXXX") || exit 2
@@ -327,7 +327,7 @@ asio::awaitable<FileForEdit> read_for_edit(std::shared_ptr<Sandbox> box, std::st
     }
     auto& out = result.stdout_text;
     auto newline = out.find('\n');
-    auto mode = out.rfind(' ', newline);  // the stamp is "SIZE MTIME", then " MODE"
+    auto mode = out.rfind(' ', newline);  // the stamp is "SIZE MTIME INODE", then " MODE"
     if (newline == std::string::npos || mode == std::string::npos) throw ToolError(fmt::format("{} could not be read", path));
     co_return FileForEdit{out.substr(0, mode), out.substr(newline + 1)};
 }

@@ -160,6 +160,6 @@ async def test_without_the_agent_the_same(sandbox_image):
             await edit(srv, sid, "geo.py", "2 * 3.14", "2 * math.pi")
             assert await get(srv, sid, "geo.py") == SOURCE.replace(b"2 * 3.14", b"2 * math.pi")
             assert (await srv.sh(sid, "stat -c %a geo.py"))["stdout"].strip() == "640"
-            assert "occurs 2 times" in await edit_error(srv, sid, "geo.py", "3.14", "x")
+            assert "occurs 2 times" in await edit_error(srv, sid, "geo.py", "return", "yield")
             await srv.sh(sid, "ln -sf /etc/passwd out")
             assert "outside the workspace" in await edit_error(srv, sid, "out", "root", "x")
