@@ -136,16 +136,9 @@ static void flush(struct stream *s)
 
 static void handle_connect(uint32_t id, const unsigned char *payload, size_t len)
 {
-    char num[8];
     uint64_t port;
 
-    if (len == 0 || len >= sizeof num) {
-        error_frame(id, "malformed CONNECT");
-        return;
-    }
-    memcpy(num, payload, len);
-    num[len] = '\0';
-    if (wire_parse_u64(num, &port) || port == 0 || port > 65535) {
+    if (wire_parse_decimal(payload, len, 65535, &port) || port == 0) {
         error_frame(id, "malformed CONNECT: port must be 1-65535");
         return;
     }
@@ -229,15 +222,8 @@ void streams_handle(uint8_t type, uint32_t id, const unsigned char *payload, siz
         s->peer_eof = 1;
         flush(s);
     } else if (type == CUBICLE_FRAME_WINDOW) {
-        char num[24];
         uint64_t more;
-        if (len == 0 || len >= sizeof num) {
-            abort_stream(s, "malformed WINDOW");
-            return;
-        }
-        memcpy(num, payload, len);
-        num[len] = '\0';
-        if (wire_parse_u64(num, &more) || more > CUBICLE_STREAM_WINDOW - s->credit) {
+        if (wire_parse_decimal(payload, len, CUBICLE_STREAM_WINDOW - s->credit, &more)) {
             abort_stream(s, "malformed WINDOW");
             return;
         }
