@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
 from httpkit import HttpServer  # noqa: E402
 
 BIG = 50 * 1024 * 1024
-LIMIT = 3  # --max-exposed-ports of the module's server
+LIMIT = 4  # --max-exposed-ports of the module's server
 
 # A small HTTP/1.1 server (keep-alive) with an event stream and a chunked answer;
 # files come from the directory it runs in.
@@ -285,9 +285,12 @@ async def test_nobody_listening_gets_a_502(srv, box):
 
 async def test_limit_and_unexpose(srv, box):
     sid = box["sandbox_id"]
-    assert len(box["ports"]) == LIMIT
-    kind, message = await srv.tool_error("expose_port", {"sandbox_id": sid, "port": 9000})
-    assert kind == "isError" and "maximum of 3 ports" in message and "unexpose_port" in message
+    assert len(box["ports"]) == LIMIT - 1
+    fourth = await srv.ok("expose_port", {"sandbox_id": sid, "port": 9000})
+    kind, message = await srv.tool_error("expose_port", {"sandbox_id": sid, "port": 9001})
+    assert kind == "isError" and "maximum of 4 ports" in message and "unexpose_port" in message
+    await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 9000})
+    assert refused(fourth["host_port"])
     port = box["ports"].pop(8002)
     closed = await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 8002})
     assert closed == {"sandbox_id": sid, "port": 8002, "closed": True}
@@ -332,8 +335,8 @@ async def test_http_transport_preview(sandbox_image):
 
             async def call(name, arguments):
                 r = await session.call_tool(name, arguments)
-                assert not r.isError, r.content
-                return r.structuredContent
+                assert not r.is_error, r.content
+                return r.structured_content
 
             sid = (await call("initialize_sandbox", {}))["sandbox_id"]
             await start_servers(call, sid)
