@@ -1,6 +1,9 @@
 #include "sandbox/previews.hpp"
 
 #include <set>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string>
 
 #include <boost/asio/as_tuple.hpp>
@@ -23,6 +26,9 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using namespace asio::experimental::awaitable_operators;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+// Acknowledging at once (set again after every read: the kernel clears it) keeps a client
+// that writes a request in two pieces from waiting out a delayed ACK under Nagle's rule.
+using quick_ack = asio::detail::socket_option::boolean<IPPROTO_TCP, TCP_QUICKACK>;
 constexpr std::size_t relay_buffer = 64 * 1024;
 // Connections at once per exposed port; the agent holds a socket for each.
 constexpr std::size_t max_connections = 256;
@@ -89,6 +95,8 @@ asio::awaitable<void> upstream(std::shared_ptr<Connection> connection) {
             connection->stream->abort("the client's connection broke");
             co_return;
         }
+        boost::system::error_code ignored;
+        connection->socket.set_option(quick_ack(true), ignored);
         bool written = co_await connection->stream->write(std::string_view(buffer.data(), n));
         if (!written) co_return;
     }

@@ -31,7 +31,7 @@ import bench  # noqa: E402  (tests/bench/bench.py)
 
 PORT = 8000
 # The same server in the sandbox and on the host: HTTP/1.1 (keep-alive), /small answers 13
-# bytes, /big?mb=N streams N MiB from memory.
+# bytes in one write, /big?mb=N streams N MiB from memory.
 SERVER = r'''
 import http.server, sys
 CHUNK = b"x" * (1 << 20)
@@ -51,11 +51,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             for _ in range(mb):
                 self.wfile.write(CHUNK)
             return
-        body = b"hello, world\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        # One write: headers and body in two would wait out a delayed ACK under Nagle's
+        # rule on whichever path the kernel's heuristics pick, direct or relayed.
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nhello, world\n")
 
 server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
 print(server.server_address[1], flush=True)
