@@ -58,6 +58,7 @@ asio::awaitable<std::size_t> AgentStream::read_some(char* data, std::size_t size
     }
     unacked_ += n;
     if (unacked_ >= window_batch) {
+        buffered_ -= unacked_;
         send_(agent::encode(agent::FrameType::window, id_, std::to_string(unacked_)));
         unacked_ = 0;
     }
@@ -102,6 +103,11 @@ void AgentStream::on_frame(agent::FrameType type, std::string payload) {
         break;
     case FrameType::data:
         if (read_eof_ || broken_) break;
+        buffered_ += payload.size();
+        if (buffered_ > CUBICLE_STREAM_WINDOW) {  // an agent past its window: never buffer without bound
+            abort("DATA beyond the window");
+            break;
+        }
         incoming_.push_back(std::move(payload));
         wake();
         break;

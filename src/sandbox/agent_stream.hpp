@@ -63,6 +63,7 @@ private:
     std::deque<std::string> incoming_;
     std::size_t incoming_offset_ = 0;   // consumed of incoming_.front()
     std::uint64_t unacked_ = 0;        // read by our reader, credit not yet handed back
+    std::uint64_t buffered_ = 0;       // received and not yet handed back: at most a window
     std::uint64_t credit_;             // DATA bytes the agent still takes
 };
 

@@ -520,6 +520,7 @@ asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
         if (running->interpreter.empty()) co_return "a program is still running";
     }
     auto self = shared_from_this();
+    if (previews_) previews_->close_all();  // the agent ends their streams; the next user must not inherit the ports
     std::uint32_t exec_id = next_exec_id_++;
     auto pending = std::make_shared<Pending>(executor_);
     pending->done.expires_after(timeout);
