@@ -146,6 +146,7 @@ def test_abort_closes_the_program_side(agent, listener):
     # forgotten: DATA for it is dropped, and its id is free for no one else's use
     agent.send(DATA, 12, b"late")
     assert agent.ping()
+    conn.close()
 
 
 def test_streams_and_runs_share_the_connection(agent, listener):

@@ -95,6 +95,27 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 '''
 
+# An upgrade as a websocket server makes it (101), then every byte echoed as it comes.
+UPGRADE_PY = r'''
+import socket, sys, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(1)
+    assert b"upgrade: websocket" in head.lower()
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    while d := c.recv(65536):
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
+
 WAIT_FOR_PORT = r'''
 import socket, sys, time
 for _ in range(200):
@@ -126,16 +147,20 @@ def refused(port: int) -> bool:
 
 
 async def start_servers(call, sid: str) -> None:
-    """http.server on 8000, serve.py on 8001, the echo server on 8002, as background runs."""
+    """http.server on 8000, serve.py on 8001, the echo server on 8002, the upgrade server on 8003,
+    as background runs."""
     await call("write_file", {"sandbox_id": sid, "path": "serve.py", "content": SERVE_PY})
     await call("write_file", {"sandbox_id": sid, "path": "echo.py", "content": ECHO_PY})
+    await call("write_file", {"sandbox_id": sid, "path": "upgrade.py", "content": UPGRADE_PY})
     await call("write_file", {"sandbox_id": sid, "path": "wait_port.py", "content": WAIT_FOR_PORT})
     await call("write_file", {"sandbox_id": sid, "path": "hello.txt", "content": "hello through the relay\n"})
-    for command in ("python3 -m http.server 8000 --bind 127.0.0.1", "python3 serve.py 8001", "python3 echo.py 8002"):
+    for command in ("python3 -m http.server 8000 --bind 127.0.0.1", "python3 serve.py 8001", "python3 echo.py 8002",
+                    "python3 upgrade.py 8003"):
         run = await call("run_command", {"sandbox_id": sid, "command": command, "background": True})
         assert run["run_id"]
     waited = await call("run_command", {"sandbox_id": sid, "command": "python3 wait_port.py 8000 && python3 wait_port.py 8001 "
-                                                                      "&& python3 wait_port.py 8002", "timeout_s": 30})
+                                                                      "&& python3 wait_port.py 8002 && python3 wait_port.py 8003",
+                                                     "timeout_s": 30})
     assert waited["results"][0]["exit_code"] == 0, waited
 
 
@@ -272,6 +297,29 @@ async def test_any_protocol_and_half_close(box):
     assert await asyncio.to_thread(echo, box["ports"][8002], data) == data[::-1]
 
 
+def upgrade_and_echo(port: int) -> list[bytes]:
+    with socket.create_connection(("127.0.0.1", port), 10) as s:
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        answers = [head.split(b"\r\n")[0]]
+        for message in (b"first", b"second"):  # interactive: each answer before the next message
+            s.sendall(message)
+            answers.append(s.recv(100))
+        return answers
+
+
+async def test_upgrade_is_relayed(srv, box):
+    sid = box["sandbox_id"]
+    exposed = await srv.ok("expose_port", {"sandbox_id": sid, "port": 8003})
+    try:
+        answers = await asyncio.to_thread(upgrade_and_echo, exposed["host_port"])
+        assert answers == [b"HTTP/1.1 101 Switching Protocols", b"first", b"second"]
+    finally:
+        await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 8003})
+
+
 async def test_nobody_listening_gets_a_502(srv, box):
     sid = box["sandbox_id"]
     exposed = await srv.ok("expose_port", {"sandbox_id": sid, "port": 8009})
@@ -323,6 +371,24 @@ async def test_closed_when_the_sandbox_stops(srv, sandbox_image):
         pass
     stream.close()
     assert refused(port)
+
+
+async def test_over_the_attach_stream(sandbox_image):
+    """--agent-channel attach: the frames go through Docker's attach stream (as under gVisor,
+    ssh or TLS engines); the relay is the same."""
+    async with start_server("--agent-channel", "attach", "--pool-size", "0", tag="e2e-preview-attach") as server:
+        async with server.sandbox() as sb:
+            sid = sb["sandbox_id"]
+            status = await server.ok("get_sandbox_status", {"sandbox_id": sid})
+            assert status["sandboxes"][0]["agent_channel"] == "attach"
+            await start_servers(server.ok, sid)
+            await server.sh(sid, "head -c 5000000 /dev/urandom > five.bin")
+            digest = (await server.sh(sid, "sha256sum five.bin"))["stdout"].split()[0]
+            port = (await server.ok("expose_port", {"sandbox_id": sid, "port": 8000}))["host_port"]
+            assert await asyncio.to_thread(get, f"http://127.0.0.1:{port}/hello.txt") == (200, b"hello through the relay\n")
+            size, got, _ = await asyncio.to_thread(download, port, "/five.bin")
+            assert (size, got) == (5000000, digest)
+        assert refused(port)
 
 
 # ---- over the HTTP transport ----------------------------------------------------
