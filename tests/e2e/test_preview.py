@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_server
+from conftest import async_wait_until, docker, start_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
 from httpkit import HttpServer  # noqa: E402
@@ -371,6 +371,19 @@ async def test_closed_when_the_sandbox_stops(srv, sandbox_image):
         pass
     stream.close()
     assert refused(port)
+
+
+async def test_closed_when_the_sandbox_dies(srv, sandbox_image):
+    sb = await srv.new_sandbox()
+    sid = sb["sandbox_id"]
+    try:
+        await start_servers(srv.ok, sid)
+        port = (await srv.ok("expose_port", {"sandbox_id": sid, "port": 8000}))["host_port"]
+        assert (await asyncio.to_thread(get, f"http://127.0.0.1:{port}/hello.txt"))[0] == 200
+        await asyncio.to_thread(docker, "kill", sb["container_id"])
+        assert await async_wait_until(lambda: refused(port), 20), "the port outlived its sandbox"
+    finally:
+        await srv.call("stop_sandbox", {"sandbox_id": sid})
 
 
 async def test_over_the_attach_stream(sandbox_image):
