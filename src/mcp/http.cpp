@@ -496,13 +496,19 @@ asio::awaitable<bool> HttpServer::Impl::proxy_preview(Stream& stream, Request re
     bool sent = co_await upstream->write(request_bytes);
     if (!sent) co_return false;
     std::string buffer(64 * 1024, '\0');
+    bool first = true;
     for (;;) {
         std::size_t n = co_await upstream->read_some(buffer.data(), buffer.size());
         if (n == 0) break;
+        if (first) {  // counted by the program's status, when its first bytes say it ("HTTP/1.1 200 …")
+            first = false;
+            unsigned status = 0;
+            if (n >= 12 && std::string_view(buffer.data(), 7) == "HTTP/1.") std::from_chars(buffer.data() + 9, buffer.data() + 12, status);
+            if (status >= 100 && status <= 599) ++responses[status];
+        }
         auto [write_ec, written] = co_await asio::async_write(stream, asio::buffer(buffer.data(), n), use_tuple);
         if (write_ec) break;
     }
-    ++responses[200];
     co_return false;
 }
 
