@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent_wire import (CONNECT, CONNECTED, DATA, ERROR, EXIT, SHUT, STDOUT, STREAM_WINDOW, WINDOW)
+from agent_wire import (CONNECT, CONNECTED, DATA, ERROR, EXIT, SHUT, STREAM_WINDOW, WINDOW)
 from test_agent import agent, encode_run, pytestmark  # noqa: F401  (fixture, skip mark)
 
 

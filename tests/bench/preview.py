@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
-import os
-import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -173,7 +172,10 @@ def main() -> int:
     parser.add_argument("--downloads", type=int, default=3)
     opts = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cubicle-bench-preview-"))
-    rows = asyncio.run(run(opts.binary, opts.rounds, opts.megabytes, opts.downloads, work))
+    try:
+        rows = asyncio.run(run(opts.binary, opts.rounds, opts.megabytes, opts.downloads, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"{opts.binary}, {opts.rounds} requests each (alternating), {opts.downloads} downloads of {opts.megabytes} MiB each\n")
     print(bench.render(rows))
     return 0

@@ -11,7 +11,6 @@ import http.client
 import json
 import socket
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
