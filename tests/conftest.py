@@ -65,6 +65,8 @@ TOOL_REQUIRED = {
     "upload_file": {"sandbox_id", "host_path"},
     "download_file": {"sandbox_id", "path", "host_path"},
     "clean_workspace": {"sandbox_id"},
+    "expose_port": {"sandbox_id", "port"},
+    "unexpose_port": {"sandbox_id", "port"},
     "install_package": {"sandbox_id", "packages"},
     "list_languages": set(),
 }

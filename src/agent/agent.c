@@ -70,6 +70,7 @@
 #include "textfile.h"
 #include "proxy.h"
 #include "reset.h"
+#include "streams.h"
 #include "wire.h"
 #include "zygote.h"
 
@@ -855,7 +856,7 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
         send_error(id, "malformed %s: %s", what, bad);
     else if (id == 0)
         send_error(id, "malformed %s: exec id 0 is reserved", what);
-    else if (find_exec(id))
+    else if (find_exec(id) || streams_has(id))
         send_error(id, "exec id %u is already in use", id);
     else
         spawn(id, &r, mode, save, via_zygote);
@@ -900,6 +901,7 @@ static void handle_reset(uint32_t id)
         send_error(id, "%s", refusal);
         return;
     }
+    streams_close_all("the sandbox was reset");
     end_executions();
     while (execs) {
         struct exec *e = execs;
@@ -962,6 +964,12 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
         break;
     case CUBICLE_FRAME_RESET:
         handle_reset(id);
+        break;
+    case CUBICLE_FRAME_CONNECT:
+    case CUBICLE_FRAME_DATA:
+    case CUBICLE_FRAME_SHUT:
+    case CUBICLE_FRAME_WINDOW:
+        streams_handle(type, id, payload, len);
         break;
     default:
         send_error(id, "unknown frame type 0x%02x", type);
@@ -1258,7 +1266,7 @@ static int poll_timeout(int64_t now)
 /* ---- main loop ------------------------------------------------------- */
 
 enum { W_STDOUT, W_STDERR, W_CONTROL, W_STDIN, W_COUNT };   /* poll slots per exec */
-struct slot { struct exec *e; int which; };
+struct slot { struct exec *e; int which; };   /* e NULL: a stream's socket (streams.h) */
 
 /* Add e's open pipes to the poll set.  Stdin only asks for POLLOUT while
  * bytes are queued (a session's idle stdin would otherwise spin the loop);
@@ -1310,6 +1318,7 @@ int main(int argc, char **argv)
 {
     struct pollfd *pfd = NULL;
     struct slot *slot = NULL;
+    struct stream **owner = NULL;   /* the stream polled at each slot, for streams */
     size_t cap = 0;
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
@@ -1325,6 +1334,7 @@ int main(int argc, char **argv)
     sweep_enabled = sandbox && getuid() != 0;
     setup();
     paths_init();
+    streams_init(send_frame);
     if (sweep_enabled) {
         reset_snapshot();
         memory_init(memory_limit);
@@ -1336,13 +1346,14 @@ int main(int argc, char **argv)
         server_in = server_out = channel;
 
     for (;;) {
-        size_t n = 0, need = 2;
+        size_t n = 0, need = 2 + streams_count();
         for (struct exec *e = execs; e; e = e->next)
             need += W_COUNT;
         if (need > cap) {
             pfd = realloc(pfd, need * sizeof *pfd);
             slot = realloc(slot, need * sizeof *slot);
-            if (!pfd || !slot)
+            owner = realloc(owner, need * sizeof *owner);
+            if (!pfd || !slot || !owner)
                 die(1, "out of memory for poll set");
             cap = need;
         }
@@ -1350,6 +1361,10 @@ int main(int argc, char **argv)
         pfd[n++] = (struct pollfd){ sig_fd, POLLIN, 0 };
         for (struct exec *e = execs; e; e = e->next)
             n = add_exec_fds(e, pfd, slot, n);
+        size_t first_stream = n;
+        n = streams_add_fds(pfd, owner, n);
+        for (size_t i = first_stream; i < n; i++)
+            slot[i] = (struct slot){ NULL, 0 };
 
         if (poll(pfd, n, poll_timeout(now_us())) < 0) {
             if (errno == EINTR)
@@ -1361,8 +1376,10 @@ int main(int argc, char **argv)
          * in this pass (a control read drains the output pipes) is skipped
          * by the handlers, which check for -1. */
         for (size_t i = 2; i < n; i++)
-            if (pfd[i].revents)
+            if (pfd[i].revents && slot[i].e)
                 service(slot[i], pfd[i].revents);
+            else if (pfd[i].revents)
+                streams_service(owner[i], pfd[i].revents);
         if (pfd[1].revents)
             reap();
         if (pfd[0].revents)
@@ -1371,5 +1388,6 @@ int main(int argc, char **argv)
         check_timeouts(now);
         check_memory(now);
         finish_completed(now);
+        streams_reap();
     }
 }
