@@ -915,3 +915,15 @@ def test_read_file_refuses_what_it_must(agent, tmp_path):
         agent.run(fid, [builtin, *args], cwd=str(work))
         r = agent.collect(fid)
         assert r.exit.code == 2 and why in r.stderr, (name, r.stderr)
+
+
+def test_read_file_lines_of_a_file_of_any_size(agent, tmp_path):
+    (tmp_path / "f.txt").write_bytes(b"one\ntwo\nthree\nfour")
+    agent.run(1, [BUILTIN_READ_FILE, "f.txt", "1", "2", "3"], cwd=str(tmp_path))
+    r = agent.collect(1)
+    assert r.exit.code == 0, r.stderr
+    body, _, trailer = r.stdout.rpartition(b"\0")
+    assert body == b"t" and trailer.split(b" ")[0] == b"18" and trailer.split(b" ")[-1] == b"4"
+    agent.run(2, [BUILTIN_READ_FILE, "f.txt", "100", "3", "9"], cwd=str(tmp_path))
+    body, _, trailer = agent.collect(2).stdout.rpartition(b"\0")
+    assert body == b"three\nfour" and trailer.endswith(b" 4")
