@@ -36,6 +36,7 @@ def _string_define(name, path=PROTOCOL_H):
 FRAME_TYPES, HEADER_SIZE, MAX_PAYLOAD = _read()
 BUILTIN_CHANGED_FILES = _string_define("CUBICLE_BUILTIN_CHANGED_FILES")
 BUILTIN_REMOVE = _string_define("CUBICLE_BUILTIN_REMOVE")
+BUILTIN_SEARCH = _string_define("CUBICLE_BUILTIN_SEARCH")
 RUN_MARKER = _string_define("CUBICLE_RUN_MARKER")
 globals().update(FRAME_TYPES)   # RUN, KILL, ..., CONTROL
 HDR = struct.Struct(">IBI")

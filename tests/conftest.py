@@ -62,6 +62,7 @@ TOOL_REQUIRED = {
     "write_file": {"sandbox_id", "path", "content"},
     "read_file": {"sandbox_id", "path"},
     "list_files": {"sandbox_id"},
+    "search_files": {"sandbox_id", "pattern"},
     "upload_file": {"sandbox_id", "host_path"},
     "download_file": {"sandbox_id", "path", "host_path"},
     "clean_workspace": {"sandbox_id"},

@@ -69,6 +69,7 @@
 #include "remove.h"
 #include "proxy.h"
 #include "reset.h"
+#include "search.h"
 #include "wire.h"
 #include "zygote.h"
 
@@ -470,6 +471,8 @@ static builtin_fn builtin_named(const char *argv0)
         return changed_files_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REMOVE) == 0)
         return remove_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_SEARCH) == 0)
+        return search_main;
     return NULL;
 }
 

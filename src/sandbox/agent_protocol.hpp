@@ -18,9 +18,10 @@ enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
 
 constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
 constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
-// argv[0] of the runs the agent serves itself (agent/changed.h, agent/remove.h).
+// argv[0] of the runs the agent serves itself (agent/changed.h, agent/remove.h, agent/search.h).
 constexpr std::string_view builtin_changed_files = CUBICLE_BUILTIN_CHANGED_FILES;
 constexpr std::string_view builtin_remove = CUBICLE_BUILTIN_REMOVE;
+constexpr std::string_view builtin_search = CUBICLE_BUILTIN_SEARCH;
 
 struct Frame {
     FrameType type;
