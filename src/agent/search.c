@@ -91,6 +91,8 @@ static size_t char_start(const char *line, size_t i)
  * starts), each cut marked with an ellipsis. */
 static void put_line(const char *line, size_t len, size_t at)
 {
+    if (len > 0 && line[len - 1] == '\r')
+        len--;   /* a CRLF file's lines read like any other's */
     size_t start = 0, end = len;
     if (len > CUBICLE_SEARCH_LINE_BYTES) {
         if (at + 100 > CUBICLE_SEARCH_LINE_BYTES)
@@ -112,18 +114,22 @@ static void put_line(const char *line, size_t len, size_t at)
 
 /* ---- matching -------------------------------------------------------- */
 
+/* ASCII case folding without a call per byte */
+static unsigned char folded[256];
+
 static const char *find_folded(const char *hay, size_t n, const char *needle, size_t m)
 {
     if (m > n)
         return NULL;
-    unsigned char first = (unsigned char)tolower((unsigned char)needle[0]);
+    const unsigned char *h = (const unsigned char *)hay, *k = (const unsigned char *)needle;
+    unsigned char first = folded[k[0]];
     for (size_t i = 0; i + m <= n; i++) {
-        if ((unsigned char)tolower((unsigned char)hay[i]) != first)
+        if (folded[h[i]] != first)
             continue;
-        size_t k = 1;
-        while (k < m && tolower((unsigned char)hay[i + k]) == tolower((unsigned char)needle[k]))
-            k++;
-        if (k == m)
+        size_t j = 1;
+        while (j < m && folded[h[i + j]] == folded[k[j]])
+            j++;
+        if (j == m)
             return hay + i;
     }
     return NULL;
@@ -430,6 +436,8 @@ static void parse_globs(const char *list)
 
 static int compile(const char *pattern, int fixed)
 {
+    for (int c = 0; c < 256; c++)
+        folded[c] = (unsigned char)tolower(c);
     if (fixed) {
         literal = strdup(pattern);
         literal_len = strlen(pattern);

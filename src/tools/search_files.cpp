@@ -25,8 +25,9 @@ constexpr std::int64_t default_max_results = 200;
 constexpr std::int64_t max_max_results = 10'000;
 constexpr std::int64_t max_context_lines = 10;  // agent/search.c's MAX_CONTEXT
 constexpr std::uint64_t search_timeout_ms = 60'000;
-// The longest record the agent writes past its byte budget: a path and 21 cut lines.
-constexpr std::uint64_t last_record_bytes = 4096 + 21 * 512 + 64;
+// The longest record the agent writes past its byte budget: a path and 21 cut
+// lines, each NUL in them written as three bytes (U+FFFD).
+constexpr std::uint64_t last_record_bytes = 4096 + 21 * (3 * 500 + 8) + 64;
 
 // One match as JSON, with every string made valid UTF-8 (a Latin-1 line, say).
 std::string match_json(const SearchMatch& match) {

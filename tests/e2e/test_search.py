@@ -44,6 +44,7 @@ FILES: list[tuple[str, bytes]] = [
     ("proj/blob.bin", b"parse_header\x00\x01\x02"),      # binary: skipped
     ("proj/latin1.txt", b"caf\xe9 parse_header\n"),      # Latin-1 byte
     ("proj/regex.txt", b"a.b\naxb\n"),
+    ("proj/crlf.txt", b"first\r\nsecond crlf_here\r\nthird\r\n"),
 ]
 EXPECTED = [
     ("proj/keep.log", 1),
@@ -148,6 +149,11 @@ async def test_context_lines(srv, sid):
     assert match["after"] == ["}", ""]
     first = (await search(srv, sid, "include", path="proj/src/parser.c", context_lines=3))["matches"][0]
     assert first["before"] == [] and first["after"] == ["", "int parse_header(const char *s)", "{"]
+
+
+async def test_crlf_lines_come_without_their_cr(srv, sid):
+    (match,) = (await search(srv, sid, "crlf_here", path="proj", context_lines=1))["matches"]
+    assert (match["line"], match["text"], match["before"], match["after"]) == (2, "second crlf_here", ["first"], ["third"])
 
 
 async def test_glob(srv, sid):
