@@ -204,16 +204,33 @@ static int interval_at(const char *p)
     return digits > 0 && *p == '}';
 }
 
+/* A '.' the way a model means it: one character, of one byte or a whole
+ * UTF-8 sequence (regcomp runs in the C locale, where '.' is one byte, so
+ * that Latin-1 and other bytes match too). */
+static const char any_character[] = "(.|[\xC0-\xFF][\x80-\xBF]+)";
+
+/* Whether the pattern refers back to a group (\1): its groups must then keep their numbers. */
+static int has_back_reference(const char *p)
+{
+    for (; *p; p++)
+        if (*p == '\\' && p[1]) {
+            if (p[1] >= '1' && p[1] <= '9')
+                return 1;
+            p++;
+        }
+    return 0;
+}
+
 char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
 {
-    char *ere = malloc(strlen(pattern) * 10 + 16);
+    char *ere = malloc(strlen(pattern) * sizeof any_character + 16);
     if (!ere) {
         *error = "out of memory";
         return NULL;
     }
     char *o = ere;
     const char *p = pattern;
-    int after_quantifier = 0;
+    int after_quantifier = 0, widen_dots = !has_back_reference(pattern);
     if (strncmp(p, "(?i)", 4) == 0) {
         *ignore_case = 1;
         p += 4;
@@ -277,6 +294,9 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
                 put(&o, "\\{");
                 p++;
             }
+        } else if (c == '.' && widen_dots && p[1] != '*' && p[1] != '+') {
+            put(&o, any_character);   /* ".*" and ".+" take whole characters already */
+            p++;
         } else {
             quantifier = c == '*' || c == '+' || c == '?';
             *o++ = c;

@@ -14,7 +14,8 @@
  * \w \s inside [...], \t \r \f \v \e \xHH, escaped punctuation inside
  * [...], (?:...) groups, a leading (?i) (sets *ignore_case), lazy and
  * possessive quantifiers (the same lines match), and a '{' that starts no
- * interval (a literal, as in Perl).  glibc itself understands \w \W \s \S
+ * interval (a literal, as in Perl); a '.' matches a whole UTF-8 character
+ * as well as a single byte.  glibc itself understands \w \W \s \S
  * \b \B \< \> and back-references.  Returns a malloc'd string, or NULL with
  * *error a static message naming what is not supported. */
 char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error);

@@ -155,6 +155,16 @@ TEST(SearchPattern, TranslatedPatternsMatch) {
     EXPECT_TRUE(matches("foo{", "foo{"));
 }
 
+TEST(SearchPattern, DotMatchesAWholeUtf8Character) {
+    EXPECT_TRUE(matches("^h.llo$", "h\xC3\xA9llo"));      // é
+    EXPECT_TRUE(matches("^h.llo$", "h\xE2\x82\xAC" "llo"));  // €
+    EXPECT_TRUE(matches("^h.llo$", "h\xE9llo"));           // Latin-1 é: one byte
+    EXPECT_TRUE(matches("^h.llo$", "hello"));
+    EXPECT_FALSE(matches("^h.llo$", "hllo"));
+    EXPECT_EQ(ere("a.*b"), "a.*b");
+    EXPECT_EQ(ere("(x)\\1."), "(x)\\1.");  // back-references keep their groups
+}
+
 TEST(SearchPattern, RefusalsNameTheProblem) {
     EXPECT_EQ(ere("(?=x)").substr(0, 9), "!(?...) g");
     EXPECT_EQ(ere("\\p{L}"), "!\\p is not supported in search patterns");
