@@ -242,3 +242,10 @@ async def test_minimal_image(srv):
         found = await search(srv, sid, r"find_\w+", context_lines=1)
         assert places(found) == [("app/main.c", 2)]
         assert found["matches"][0]["before"] == ["int x;"]
+
+
+async def test_without_the_agent_the_refusal_says_why(sandbox_image):
+    async with start_server("--executor", "exec", tag="e2e-search-exec") as s:
+        async with s.sandbox() as sb:
+            kind, message = await s.tool_error("search_files", {"sandbox_id": sb["sandbox_id"], "pattern": "x"})
+            assert kind == "isError" and "agent" in message, message
