@@ -230,7 +230,9 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
     }
     char *o = ere;
     const char *p = pattern;
+    /* after_quantifier: 1 right after one, 2 after its lazy '?' or possessive '+' */
     int after_quantifier = 0, widen_dots = !has_back_reference(pattern);
+    double copies = 1;   /* regcomp copies a {n,m} atom m times: what nesting could multiply */
     if (strncmp(p, "(?i)", 4) == 0) {
         *ignore_case = 1;
         p += 4;
@@ -238,10 +240,14 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
     while (*p) {
         char c = *p;
         int quantifier = 0;
-        if (after_quantifier && (c == '?' || c == '+')) {
+        if (after_quantifier == 1 && (c == '?' || c == '+')) {
             p++;   /* lazy or possessive: the same lines match */
-            after_quantifier = 0;
+            after_quantifier = 2;
             continue;
+        }
+        if (after_quantifier && (c == '*' || c == '+' || c == '?' || (c == '{' && interval_at(p)))) {
+            *error = "a quantifier follows another (such as a** or a+{2})";
+            goto fail;
         }
         if (c == '\\' && p[1]) {
             char e = p[1];
@@ -286,6 +292,15 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
             p += 3;
         } else if (c == '{') {
             if (interval_at(p)) {
+                const char *comma = strchr(p, ',');
+                unsigned long most = strtoul(p + 1, NULL, 10), upper = 0;
+                if (comma && comma < strchr(p, '}'))
+                    upper = strtoul(comma + 1, NULL, 10);
+                copies *= (double)(upper > most ? upper : most) + 1;
+                if (copies > 100000) {
+                    *error = "the pattern's {n,m} repetitions are too large";
+                    goto fail;
+                }
                 while (*p != '}')
                     *o++ = *p++;
                 *o++ = *p++;
@@ -355,6 +370,7 @@ static const char *skip_group(const char *p)
 
 size_t pattern_required_literal(const char *ere, char *out)
 {
+    out[0] = '\0';
     /* An alternation anywhere: no single literal is required. */
     for (const char *p = ere; *p;) {
         if (*p == '\\' && p[1])
@@ -386,12 +402,25 @@ size_t pattern_required_literal(const char *ere, char *out)
         } else {
             next = *p ? p + 1 : p;
         }
-        /* a quantifier after the atom: '+' keeps it once, the others may drop it */
-        char q = *next;
-        int optional = q == '*' || q == '?' || q == '{';
+        /* quantifiers after the atom (stacked ones too: "a+?" is "(a+)?"):
+         * '+' alone keeps it once, any other may drop it */
+        int quantified = 0, optional = 0;
+        const char *after = next;
+        while (*after == '*' || *after == '+' || *after == '?' || *after == '{') {
+            quantified = 1;
+            optional |= *after != '+';
+            if (*after == '{') {
+                while (*after && *after != '}')
+                    after++;
+                if (*after)
+                    after++;
+            } else {
+                after++;
+            }
+        }
         if (literal >= 0 && !optional)
             current[run++] = (char)literal;
-        if (literal < 0 || optional || q == '+' || !*p) {
+        if (literal < 0 || quantified || !*p) {
             if (run > best) {
                 memcpy(out, current, run);
                 best = run;
@@ -400,13 +429,7 @@ size_t pattern_required_literal(const char *ere, char *out)
         }
         if (!*p)
             break;
-        p = next;
-        if (q == '{') {
-            while (*p && *p != '}')
-                p++;
-            if (*p)
-                p++;
-        }
+        p = after;
     }
     free(current);
     out[best] = '\0';

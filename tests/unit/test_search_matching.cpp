@@ -171,6 +171,8 @@ TEST(SearchPattern, RefusalsNameTheProblem) {
     EXPECT_EQ(ere("a\\nb").substr(0, 28), "!a match never spans lines, ");
     EXPECT_EQ(ere("[\\D]").substr(0, 3), "!\\D");
     EXPECT_EQ(ere("[abc").substr(0, 6), "!a [ i");
+    EXPECT_EQ(ere("r+++p").substr(0, 24), "!a quantifier follows an");
+    EXPECT_EQ(ere("(a{100}){100}(b{100})").substr(0, 24), "!the pattern's {n,m} rep");
 }
 
 std::string literal(const char* ere_text) {
@@ -191,6 +193,8 @@ TEST(SearchPattern, RequiredLiteral) {
     EXPECT_EQ(literal("[|]xy"), "xy");
     EXPECT_EQ(literal("^$"), "");
     EXPECT_EQ(literal("\\w+"), "");
+    EXPECT_EQ(literal("ab+?cd"), "cd");  // "b+?" may match nothing in ERE
+    EXPECT_EQ(literal("xy|z"), "");
 }
 
 } // namespace
