@@ -52,8 +52,15 @@ static int bracket(const char **pp, unsigned char c)
     return found != negated;
 }
 
+/* Backtracking over many stars can take exponential time ("*a*a*a*a*b"); a
+ * glob that needs more steps than this for one path does not match it. */
+#define GLOB_MAX_STEPS 100000
+static unsigned long glob_steps;
+
 static int glob_from(const char *start, const char *p, const char *s)
 {
+    if (++glob_steps > GLOB_MAX_STEPS)
+        return 0;
     for (;;) {
         if (p[0] == '*' && p[1] == '*' && (p == start || p[-1] == '/') && (p[2] == '/' || p[2] == '\0')) {
             if (p[2] == '\0')
@@ -108,6 +115,7 @@ static int glob_from(const char *start, const char *p, const char *s)
 
 int ignore_glob(const char *pattern, const char *path)
 {
+    glob_steps = 0;
     return glob_from(pattern, pattern, path);
 }
 

@@ -34,7 +34,9 @@ void ignore_free(struct ignore_list *list);
 int ignore_match(const struct ignore_list *list, const char *path, int is_dir);
 
 /* A gitignore glob against a '/'-separated path: '*' and '?' never match
- * '/', '**' as a whole component matches any number of components. */
+ * '/', '**' as a whole component matches any number of components.  A glob
+ * that would take more than 100,000 steps on one path (stars against stars)
+ * does not match it. */
 int ignore_glob(const char *pattern, const char *path);
 
 #endif

@@ -57,6 +57,12 @@ TEST(IgnoreGlob, Brackets) {
     EXPECT_FALSE(ignore_glob("\\*x", "ax"));
 }
 
+TEST(IgnoreGlob, PathologicalStarsGiveUpInsteadOfHanging) {
+    std::string name(60, 'a');
+    EXPECT_FALSE(ignore_glob("*a*a*a*a*a*a*a*a*a*a*b", name.c_str()));
+    EXPECT_TRUE(ignore_glob("*a*a*a*a*a*a*a*a*a*a*", name.c_str()));
+}
+
 TEST(IgnoreRules, CommentsBlanksAndEscapes) {
     EXPECT_EQ(verdict("# comment\n\n", "comment"), -1);
     EXPECT_EQ(verdict("\\#name\n", "#name"), 1);
