@@ -49,8 +49,9 @@ static struct {
 } ignores[MAX_IGNORE_DEPTH];
 static size_t ignore_depth;
 
-/* the relative path being visited */
+/* the relative path being visited; the first root_len bytes name the directory searched */
 static char rel[PATH_MAX];
+static size_t root_len;
 
 /* ---- output ---------------------------------------------------------- */
 
@@ -328,8 +329,10 @@ static int glob_wanted(const char *name)
 {
     if (glob_count == 0)
         return 1;
+    /* a glob with a '/' is a path below the workspace or below the directory searched */
     for (size_t i = 0; i < glob_count; i++)
-        if (ignore_glob(globs[i], strchr(globs[i], '/') ? rel : name))
+        if (strchr(globs[i], '/') ? ignore_glob(globs[i], rel) || ignore_glob(globs[i], rel + root_len)
+                                  : ignore_glob(globs[i], name))
             return 1;
     return 0;
 }
@@ -543,7 +546,8 @@ int search_main(int argc, char **argv)
     if (start < 0)
         return 2;
     if (is_dir) {
-        walk(start, strlen(rel));
+        root_len = strlen(rel);
+        walk(start, root_len);
         close(start);
     } else {
         search_fd(start, rel);   /* a file named on purpose: whatever the ignore files say */

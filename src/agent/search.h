@@ -17,7 +17,8 @@
  *   CONTEXT    lines before and after each match (0..10)
  *   MAX        matches written; later ones are only counted
  *   BUDGET     bytes of records written, roughly; later matches only counted
- *   GLOBS      comma-separated file-name globs ("" = every file)
+ *   GLOBS      comma-separated file-name globs ("" = every file); one with a
+ *              '/' matches the path below WORKSPACE or below PATH
  * stdout, every field ending in a NUL (a NUL inside a line is written as
  * U+FFFD; lines are cut at CUBICLE_SEARCH_LINE_BYTES):
  *   "m" PATH LINE COLUMN TEXT NBEFORE BEFORE... NAFTER AFTER...   per match

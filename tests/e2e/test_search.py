@@ -162,6 +162,8 @@ async def test_glob(srv, sid):
         ("proj/src/gen/made.h", 1), ("proj/src/parser.c", 3), ("proj/src/parser.c", 8), ("proj/src/util.h", 1)]
     assert places(await search(srv, sid, "parse_header", glob="proj/src/**/*.h, *.log")) == [
         ("proj/keep.log", 1), ("proj/src/gen/made.h", 1), ("proj/src/util.h", 1)]
+    # below the directory searched, too
+    assert places(await search(srv, sid, "parse_header", path="proj", glob="src/*.h")) == [("proj/src/util.h", 1)]
 
 
 async def test_symbolic_links_are_not_followed(srv, sid):
