@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +252,24 @@ async def test_without_the_agent_the_refusal_says_why(sandbox_image):
         async with s.sandbox() as sb:
             kind, message = await s.tool_error("search_files", {"sandbox_id": sb["sandbox_id"], "pattern": "x"})
             assert kind == "isError" and "agent" in message, message
+
+
+async def test_cubicles_own_sources(tmp_path_factory, sandbox_image):
+    """cubicle's src/ uploaded as the project: a symbol's definition and uses, at the lines
+    a plain scan of the same files on the host finds."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    symbol = "changed_files_main"
+    expected = sorted(
+        (f"src/{path.relative_to(src)}", number)
+        for path in src.rglob("*") if path.is_file() and not path.is_symlink()
+        for number, line in enumerate(path.read_bytes().split(b"\n"), start=1) if symbol.encode() in line
+    )
+    assert len(expected) >= 3  # declared, defined, called
+    async with start_server("--allow-host-dir", str(src), tag="e2e-search-src") as s:
+        async with s.sandbox() as sb:
+            sid = sb["sandbox_id"]
+            await s.ok("upload_file", {"sandbox_id": sid, "host_path": str(src), "path": "src"})
+            found = await s.ok("search_files", {"sandbox_id": sid, "pattern": rf"\b{symbol}\b"})
+            assert sorted(places(found)) == expected
+            definition = [m for m in found["matches"] if m["path"] == "src/agent/changed.c"]
+            assert definition and definition[0]["text"].startswith("int changed_files_main(")
