@@ -535,8 +535,11 @@ int search_main(int argc, char **argv)
     static char out_buf[1 << 16];
     setvbuf(stdout, out_buf, _IOFBF, sizeof out_buf);
 
-    /* from the workspace's mount point, not through the image's layers (paths.h) */
+    /* From the workspace's mount point, not through the image's layers
+     * (paths.h), while its descriptor is open; every later lookup starts at ws. */
     int ws = open_at(workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (ws < 0 && errno == EBADF)
+        ws = open(workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (ws < 0) {
         fprintf(stderr, "cannot open the workspace %s: %s\n", workspace, strerror(errno));
         return 2;
