@@ -61,6 +61,7 @@ TOOL_REQUIRED = {
     "stop_sandbox": {"sandbox_id"},
     "write_file": {"sandbox_id", "path", "content"},
     "read_file": {"sandbox_id", "path"},
+    "edit_file": {"sandbox_id", "path", "old_text", "new_text"},
     "list_files": {"sandbox_id"},
     "search_files": {"sandbox_id", "pattern"},
     "upload_file": {"sandbox_id", "host_path"},
