@@ -103,6 +103,9 @@ Handlers run_handlers(Env env);
 // The file tools (file_tools.cpp).
 Handlers file_handlers(Env env);
 
+// search_files (search_files.cpp).
+Handlers search_handlers(Env env);
+
 // list_languages (language_tools.cpp).
 Handlers language_handlers(Env env);
 
