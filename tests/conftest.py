@@ -65,6 +65,9 @@ TOOL_REQUIRED = {
     "upload_file": {"sandbox_id", "host_path"},
     "download_file": {"sandbox_id", "path", "host_path"},
     "clean_workspace": {"sandbox_id"},
+    "open_project": {"sandbox_id", "host_path"},
+    "diff_project": {"sandbox_id"},
+    "apply_project": {"sandbox_id"},
     "install_package": {"sandbox_id", "packages"},
     "list_languages": set(),
 }

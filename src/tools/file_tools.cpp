@@ -359,7 +359,7 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
     json::Writer w;
     w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
     w.field("bytes", packed.bytes).key("skipped").begin_array();
-    for (const auto& skipped : packed.skipped) w.value(skipped);
+    for (const auto& skipped : packed.skipped) w.value(skipped.path);
     w.end_array().end_object();
     co_return structured(w.take());
 }
@@ -405,6 +405,11 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
 // ---- schemas ------------------------------------------------------------------
 
 } // namespace
+
+asio::awaitable<sandbox::ExecResult> workspace_script(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                                     std::string stdin_data, std::uint64_t max_output) {
+    co_return co_await sandbox_sh(std::move(box), std::move(script), std::move(args), std::move(stdin_data), max_output);
+}
 
 asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {
     constexpr int max_images = 5;

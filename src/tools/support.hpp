@@ -20,6 +20,10 @@
 #include "tools/budget.hpp"
 #include "tools/catalogue.hpp"
 
+namespace cubicle::projects {
+class Baselines;
+}
+
 namespace cubicle::tools {
 
 class Runs;
@@ -29,6 +33,7 @@ struct Env {
     docker::Client& docker;
     const Config& config;
     std::shared_ptr<Runs> runs;  // background runs
+    std::shared_ptr<projects::Baselines> projects;  // what open_project copied
 };
 
 using Context = std::shared_ptr<mcp::RequestContext>;
@@ -102,6 +107,15 @@ Handlers run_handlers(Env env);
 
 // The file tools (file_tools.cpp).
 Handlers file_handlers(Env env);
+
+// A short shell script run in the workspace as the sandbox user ($1… are `args`),
+// its output collected; a failure becomes a ToolError with its stderr (file_tools.cpp).
+boost::asio::awaitable<sandbox::ExecResult> workspace_script(std::shared_ptr<sandbox::Sandbox> box, std::string script,
+                                                             std::vector<std::string> args, std::string stdin_data,
+                                                             std::uint64_t max_output);
+
+// open_project, diff_project, apply_project (project_tools.cpp).
+Handlers project_handlers(Env env);
 
 // list_languages (language_tools.cpp).
 Handlers language_handlers(Env env);
