@@ -671,6 +671,17 @@ Located locate_below(const HostDirs& dirs, const std::string& base, const std::s
 
 } // namespace
 
+void require_host_directory(const HostDirs& dirs, const std::string& host_path) {
+    auto [root, relative] = dirs.locate(host_path);
+    Fd root_fd = open_root(root);
+    Fd dir(open_beneath(root_fd.get(), relative, O_PATH | O_NOFOLLOW, no_symlinks));
+    if (dir.get() < 0) refuse(resolve_error(host_path, errno));
+    struct stat st{};
+    if (::fstat(dir.get(), &st) != 0) refuse(resolve_error(host_path, errno));
+    if (S_ISLNK(st.st_mode)) refuse(fmt::format("'{}' is a symbolic link; give the real path", host_path));
+    if (!S_ISDIR(st.st_mode)) refuse(fmt::format("'{}' is not a directory", host_path));
+}
+
 HostFile read_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, const Limits& limits) {
     auto at = locate_below(dirs, base, relative);
     Fd dir(open_beneath(at.root.get(), at.dir, O_PATH | O_DIRECTORY, no_symlinks));

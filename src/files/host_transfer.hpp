@@ -87,6 +87,10 @@ struct PackResult {
 PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, const std::string& archive_root,
                           unsigned owner, const Limits& limits, const PackOptions& options = {});
 
+// Refuses `host_path` unless it is a directory inside an allowed root, reached
+// without any symbolic link (so that tools reading it by name stay inside too).
+void require_host_directory(const HostDirs& dirs, const std::string& host_path);
+
 // A file below an allowed directory `base` (a host path) as the host has it now.
 // Reached without following any symbolic link: a link on the way or at the end is
 // reported as one, never read through.

@@ -127,6 +127,7 @@ asio::awaitable<ToolResult> open_project(Env env, simdjson::dom::element argumen
     auto path = project_path(args.string("path").value_or(base_name(host_path)));
     bool include_ignored = args.boolean("include_ignored").value_or(false);
 
+    files::require_host_directory(dirs, host_path);  // before libgit2 reads the rules by name
     auto baseline = std::make_shared<projects::Baseline>();
     baseline->host_path = host_path;
     baseline->path = path;
@@ -142,8 +143,6 @@ asio::awaitable<ToolResult> open_project(Env env, simdjson::dom::element argumen
             baseline->record(std::string(entry.path), entry.link, entry.mode, static_cast<double>(entry.mtime), std::string(entry.data));
     };
     auto packed = files::pack_host_path(dirs, host_path, path, box->uid(), transfer_limits(env.config), options);
-    if (baseline->files.empty() && packed.directories == 0)
-        throw ToolError(fmt::format("'{}' is a file; open_project opens a directory (upload_file copies a file)", host_path));
 
     std::string script(replace_with_archive);
     std::vector<std::string> script_args{path};

@@ -150,9 +150,11 @@ async def test_open_diff_apply_loop(srv, sid, clone):
     await sh(srv, sid, "rm cubicle/CHANGELOG.md && mkdir -p cubicle/build && echo more > cubicle/build/other.o")
     diff = await ok(srv, "diff_project", {"sandbox_id": sid, "path": "cubicle"})
     assert statuses(diff) == {"README.md": "modified", "NEW_FILE.md": "added", "CHANGELOG.md": "deleted"}
-    assert diff["truncated"] is False and diff["diff_file"] == ".cubicle/diffs/cubicle.diff"
-    saved = await sh(srv, sid, "cat .cubicle/diffs/cubicle.diff")
-    assert saved == diff["diff"]
+    assert diff["diff_file"] == ".cubicle/diffs/cubicle.diff"
+    saved = await sh(srv, sid, "cat .cubicle/diffs/cubicle.diff")  # the whole diff, however long
+    assert len(saved.encode()) == diff["diff_bytes"]
+    assert diff["truncated"] == (diff["diff"] != saved)
+    assert "diff --git a/README.md b/README.md" in diff["diff"]
 
     before = snapshot(clone)
     dry = await ok(srv, "apply_project", {"sandbox_id": sid, "dry_run": True, "delete": True})
@@ -165,7 +167,7 @@ async def test_open_diff_apply_loop(srv, sid, clone):
     assert sorted(w["path"] for w in applied["written"]) == ["NEW_FILE.md", "README.md"]
     assert applied["deleted"] == ["CHANGELOG.md"] and applied["conflicts"] == [] and applied["refused"] == []
     git(clone, "add", "-N", "NEW_FILE.md")
-    assert git(clone, "diff", "--no-renames") == diff["diff"]
+    assert git(clone, "diff", "--no-renames") == saved
 
     again = await ok(srv, "diff_project", {"sandbox_id": sid})
     assert again["changes"] == [], "applied files still show as changes"
@@ -233,7 +235,7 @@ async def test_paths_outside_the_allowed_directories(srv, sid, allowed, outside,
     link = allowed / f"link-out-{_count[0]}"
     link.symlink_to(outside)
     await refused(srv, "open_project", {"sandbox_id": sid, "host_path": str(link)}, "symbolic link|outside")
-    await refused(srv, "open_project", {"sandbox_id": sid, "host_path": str(small / "keep.txt")}, "is a file")
+    await refused(srv, "open_project", {"sandbox_id": sid, "host_path": str(small / "keep.txt")}, "is not a directory")
     await refused(srv, "open_project", {"sandbox_id": sid, "host_path": str(small), "path": "../x"}, "escapes")
     await refused(srv, "open_project", {"sandbox_id": sid, "host_path": str(small), "path": ".cubicle/x"}, ".cubicle")
     await refused(srv, "diff_project", {"sandbox_id": sid}, "open_project first")
