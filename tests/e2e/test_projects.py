@@ -279,7 +279,10 @@ async def test_names_with_newlines(srv, sid, small):
     assert (small / "two\nlines.txt").read_text() == "hi\n"
 
 
-async def test_tools_listed_only_with_host_dirs(sandbox_image):
-    async with start_server(tag="e2e-projects-none") as s:
+async def test_tools_listed_only_with_host_dirs(sandbox_image, allowed):
+    async with start_server(env={"CUBICLE_TOOLS": ""}, tag="e2e-projects-none") as s:
         names = {t.name for t in (await s.session.list_tools()).tools}
         assert not names & {"open_project", "diff_project", "apply_project"}
+    async with start_server("--allow-host-dir", str(allowed), env={"CUBICLE_TOOLS": ""}, tag="e2e-projects-on") as s:
+        names = {t.name for t in (await s.session.list_tools()).tools}
+        assert {"open_project", "diff_project", "apply_project"} <= names
