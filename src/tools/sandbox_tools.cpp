@@ -485,6 +485,9 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     auto id = args.required_string("sandbox_id");
     env.manager.get(id, context->principal());
     co_await env.manager.destroy(id);
+    // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
+    auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
+    env.projects->forget_unless(alive);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("stopped", true).end_object();
     co_return structured(w.take());

@@ -225,6 +225,34 @@ async def test_binary_and_mode_changes(srv, sid, small):
     assert "old mode 100644\nnew mode 100755" in diff["diff"]
 
 
+GIT_IMAGES = ("cubicle/sandbox:latest", "cubicle/sandbox-polyglot:latest")
+
+
+def image_with_git() -> str | None:
+    for image in GIT_IMAGES:
+        present = subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+        if present and subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", image, "-c",
+                                       "command -v git"], capture_output=True).returncode == 0:
+            return image
+    return None
+
+
+async def test_git_inside_agrees(srv, clone):
+    """In an image with git: the copy is a clean work tree, and git diff there is diff_project's diff."""
+    image = image_with_git()
+    if image is None:
+        pytest.skip(f"none of {', '.join(GIT_IMAGES)} is here with git in it")
+    async with srv.sandbox(image=image) as sb:
+        sid = sb["sandbox_id"]
+        await ok(srv, "open_project", {"sandbox_id": sid, "host_path": str(clone), "path": "repo"})
+        assert (await sh(srv, sid, "cd repo && git status --porcelain")).strip() == "?? escape"
+        await sh(srv, sid, "cd repo && sed -i '1s/^/# changed\\n/' README.md && rm CHANGELOG.md && echo new > NEW.md")
+        diff = await ok(srv, "diff_project", {"sandbox_id": sid})
+        inside = await sh(srv, sid, "cd repo && git add -N NEW.md && git diff --no-renames > /tmp/d && cat /tmp/d")
+        assert inside == await sh(srv, sid, "cat .cubicle/diffs/repo.diff")
+        assert statuses(diff) == {"README.md": "modified", "CHANGELOG.md": "deleted", "NEW.md": "added"}
+
+
 # ---------------------------------------------------------------- hostile
 
 
