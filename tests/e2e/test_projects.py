@@ -253,6 +253,20 @@ async def test_git_inside_agrees(srv, clone):
         assert statuses(diff) == {"README.md": "modified", "CHANGELOG.md": "deleted", "NEW.md": "added"}
 
 
+async def test_long_diff_is_cut_and_saved_whole(srv, sid, small):
+    await ok(srv, "open_project", {"sandbox_id": sid, "host_path": str(small), "path": "long"})
+    await sh(srv, sid, "seq 1 40000 > long/numbers.txt")
+    r = await srv.call("diff_project", {"sandbox_id": sid})
+    assert not r.is_error, result_text(r)
+    diff = r.structured_content
+    assert diff["truncated"] is True and diff["diff_bytes"] > len(diff["diff"].encode())
+    assert diff["diff"].startswith("diff --git a/numbers.txt b/numbers.txt\nnew file mode 100644\n")
+    links = [c for c in r.content if getattr(c, "type", None) == "resource_link"]
+    assert [str(link.uri) for link in links] == [f"sandbox://{sid}/.cubicle/diffs/long.diff"]
+    size = await sh(srv, sid, "wc -c < .cubicle/diffs/long.diff")
+    assert int(size) == diff["diff_bytes"]
+
+
 # ---------------------------------------------------------------- hostile
 
 

@@ -289,6 +289,18 @@ TEST(ProjectApply, NeverLinksSpecialFilesGitInternalsOrThroughHostLinks) {
     EXPECT_EQ(slurp(p.root / "b.txt"), "b\n");
 }
 
+TEST(ProjectApply, HostModeKeptUnlessTheSandboxChangedIt) {
+    HostProject p;
+    ::chmod((p.root / "a.txt").c_str(), 0600);  // a chmod on the host alone is no conflict
+    auto result = apply_changes(p.baseline, {p.modified("a.txt", "A\n"), p.modified("b.txt", "B\n", 0755)}, {}, p.dirs, p.limits);
+    ASSERT_EQ(result.written.size(), 2u);
+    struct stat st{};
+    ::stat((p.root / "a.txt").c_str(), &st);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    ::stat((p.root / "b.txt").c_str(), &st);
+    EXPECT_EQ(st.st_mode & 0777, 0755u);
+}
+
 TEST(ProjectHostGuard, RefusesEscapes) {
     HostProject p;
     EXPECT_THROW(files::write_host_file(p.dirs, p.root.path(), "../x", "x", 0644), ToolError);
@@ -362,7 +374,14 @@ TEST(ProjectPack, KeepsLinksSkipsSpecialFilesAndRecordsEntries) {
     EXPECT_EQ(outside, (std::map<std::string, bool>{{"abs", true}, {"in", false}, {"sub-up", true}}));
     EXPECT_EQ(seen.at("in"), "a.txt");
     EXPECT_EQ(seen.at("a.txt"), "a\n");
+    auto long_target = std::string(150, 'x') + "/target";
+    fs::create_symlink(long_target, dir / "p/long");
+    packed = files::pack_host_path(dirs, dir / "p", "p", 1000, {}, options);
     auto members = files::read_tar(packed.tar, {});
+    bool long_link = std::ranges::any_of(members, [&long_target](const files::TarMember& m) {
+        return m.path == "p/long" && m.type == files::EntryType::symlink && m.link_target == long_target;
+    });
+    EXPECT_TRUE(long_link);  // a target past the 100-byte field travels in a PAX header
     bool link_member = std::ranges::any_of(members, [](const files::TarMember& m) {
         return m.path == "p/abs" && m.type == files::EntryType::symlink && m.link_target == "/etc/passwd";
     });
