@@ -27,9 +27,6 @@ using sandbox::Sandbox;
 constexpr std::uint64_t default_read_bytes = 1 << 20;
 constexpr std::uint64_t script_timeout_ms = 120'000;
 
-files::Limits transfer_limits(const Config& config) {
-    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
-}
 
 // Shell lines that refuse a path ($1) which, through symbolic links inside the
 // sandbox, leads out of the workspace.
@@ -283,11 +280,6 @@ asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element argu
 
 // ---- upload_file / download_file ----------------------------------------------
 
-std::string base_name(std::string_view path) {
-    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-    auto slash = path.rfind('/');
-    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
 
 // A host transfer's destination inside the sandbox never passes through a symbolic
 // link. Where the sandbox user extracts the upload (extract_as_sandbox_user) this is

@@ -25,15 +25,7 @@ namespace asio = boost::asio;
 using mcp::ToolResult;
 using sandbox::Sandbox;
 
-files::Limits transfer_limits(const Config& config) {
-    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
-}
 
-std::string base_name(std::string_view path) {
-    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-    auto slash = path.rfind('/');
-    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
 
 // The project's place in the workspace: never the workspace itself or cubicle's own .cubicle.
 std::string project_path(std::string_view asked) {

@@ -13,6 +13,7 @@
 #include "common/errors.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "files/host_transfer.hpp"
 #include "mcp/resource.hpp"
 #include "mcp/tool.hpp"
 #include "sandbox/languages.hpp"
@@ -37,6 +38,18 @@ struct Env {
 };
 
 using Context = std::shared_ptr<mcp::RequestContext>;
+
+// What one host transfer may move: --max-transfer-mb and --max-transfer-entries.
+inline files::Limits transfer_limits(const Config& config) {
+    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
+}
+
+// The last component of a host path: a transfer's default name in the workspace.
+inline std::string base_name(std::string_view path) {
+    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+    auto slash = path.rfind('/');
+    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
 
