@@ -67,6 +67,7 @@
 #include "paths.h"
 #include "procfs.h"
 #include "remove.h"
+#include "textfile.h"
 #include "proxy.h"
 #include "reset.h"
 #include "wire.h"
@@ -470,6 +471,10 @@ static builtin_fn builtin_named(const char *argv0)
         return changed_files_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REMOVE) == 0)
         return remove_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_READ_FILE) == 0)
+        return read_file_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_REPLACE_FILE) == 0)
+        return replace_file_main;
     return NULL;
 }
 

@@ -4,6 +4,9 @@
 // only touches the directories the operator allowed.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <optional>
+#include <utility>
 #include <regex>
 
 #include <boost/asio/use_awaitable.hpp>
@@ -11,6 +14,7 @@
 
 #include "common/base64.hpp"
 #include "common/json.hpp"
+#include "files/edit.hpp"
 #include "files/host_transfer.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
@@ -133,8 +137,94 @@ asio::awaitable<ToolResult> write_file(Env env, simdjson::dom::element arguments
 
 // ---- read_file ------------------------------------------------------------
 
+// The checks every read of a workspace file makes first ($1 the path).
+constexpr std::string_view readable_file_check = R"SH(
+        if [ -d "$1" ]; then echo "$1 is a directory; use list_files" >&2; exit 2; fi
+        if [ ! -e "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
+        if [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 2; fi
+        if [ ! -r "$1" ]; then echo "$1 is not readable by the sandbox user" >&2; exit 2; fi
+)SH";
+
+// What read_file read: `data` from byte `start` of a file of `size` bytes.
+struct ReadPart {
+    std::uint64_t size = 0, start = 0;
+    std::string data;
+    bool truncated = false;
+};
+
+// Bytes [offset, offset + max_bytes), or the last `tail` bytes.
+asio::awaitable<ReadPart> read_bytes(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t max_bytes,
+                                     std::optional<std::int64_t> offset, std::optional<std::int64_t> tail) {
+    std::string script = std::string(inside_workspace_check) + std::string(readable_file_check) + R"SH(
+        wc -c < "$1" || exit 2
+        if [ -n "$3" ]; then tail -c "$3" -- "$1"; else tail -c +"$4" -- "$1" | head -c "$2"; fi)SH";
+    // No temporaries inside ?: in a coroutine: GCC 12 frees them wrongly.
+    std::string tail_arg;
+    if (tail) tail_arg = std::to_string(*tail);
+    std::vector<std::string> script_args{path, std::to_string(max_bytes), tail_arg, std::to_string(offset.value_or(0) + 1)};
+    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
+    auto& out = result.stdout_text;
+    auto newline = out.find('\n');
+    ReadPart part;
+    part.size = newline == std::string::npos ? 0 : std::strtoull(out.c_str(), nullptr, 10);
+    part.data = newline == std::string::npos ? std::string() : out.substr(newline + 1);
+    part.start = tail ? part.size - std::min<std::uint64_t>(part.size, part.data.size())
+                      : std::min<std::uint64_t>(part.size, offset.value_or(0));
+    // A read that starts inside a UTF-8 character starts at the next one instead.
+    std::size_t partial = 0;
+    auto& data = part.data;
+    while (part.start > 0 && partial < 3 && partial < data.size() && (static_cast<unsigned char>(data[partial]) & 0xC0) == 0x80)
+        ++partial;
+    if (partial && is_text(std::string_view(data).substr(partial))) {
+        data.erase(0, partial);
+        part.start += partial;
+    }
+    part.truncated = part.start + data.size() < part.size || part.start > 0;
+    co_return part;
+}
+
+// Lines [first, last] (1-based, inclusive) within max_bytes: whole lines only.
+struct LinePart {
+    std::uint64_t first = 0, last = 0, total = 0;
+};
+
+asio::awaitable<std::pair<ReadPart, LinePart>> read_lines(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t max_bytes,
+                                                          std::uint64_t first, std::uint64_t last) {
+    // The header: size, newlines, and 1 when the last line has no newline.
+    std::string script = std::string(inside_workspace_check) + std::string(readable_file_check) + R"SH(
+        size=$(wc -c < "$1") && lines=$(wc -l < "$1") || exit 2
+        partial=0
+        if [ "$size" -gt 0 ] && [ "$(tail -c 1 -- "$1" | wc -l)" -eq 0 ]; then partial=1; fi
+        echo "$size $lines $partial"
+        sed -n "$3,$4p;$4q" -- "$1" | head -c "$2")SH";
+    std::vector<std::string> script_args{path, std::to_string(max_bytes + 1), std::to_string(first), std::to_string(last)};
+    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 64);
+    auto& out = result.stdout_text;
+    auto newline = out.find('\n');
+    ReadPart part;
+    LinePart lines;
+    unsigned long long size = 0, newlines = 0, partial = 0;
+    if (newline == std::string::npos || std::sscanf(out.c_str(), "%llu %llu %llu", &size, &newlines, &partial) != 3)
+        throw ToolError(fmt::format("{} could not be read", path));
+    part.size = size;
+    lines.total = newlines + partial;
+    part.data = out.substr(newline + 1);
+    lines.first = first;
+    // Over max_bytes: whole lines only, and at least the line the range starts with.
+    if (part.data.size() > max_bytes) {
+        part.truncated = true;
+        auto cut = part.data.rfind('\n', max_bytes - 1);
+        part.data.resize(cut == std::string::npos ? max_bytes : cut + 1);
+    }
+    auto returned = static_cast<std::uint64_t>(std::count(part.data.begin(), part.data.end(), '\n'));
+    if (!part.data.empty() && part.data.back() != '\n') ++returned;
+    lines.last = first + returned - 1;  // first - 1 when nothing was returned
+    if (lines.last < std::min(last, lines.total)) part.truncated = true;
+    co_return std::pair{std::move(part), lines};
+}
+
 asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"sandbox_id", "path", "encoding", "max_bytes", "offset", "tail"});
+    Args args(arguments, {"sandbox_id", "path", "encoding", "max_bytes", "offset", "tail", "start_line", "end_line"});
     auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
     auto path = file_path_argument(args, "path");
     auto encoding = args.string("encoding").value_or("");
@@ -146,33 +236,28 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
         static_cast<std::int64_t>(std::min(default_read_bytes, limit))));
     auto offset = args.integer("offset", 0, INT64_MAX);
     auto tail = args.integer("tail", 1, static_cast<std::int64_t>(limit));
+    auto start_line = args.integer("start_line", 1, INT64_MAX);
+    auto end_line = args.integer("end_line", 1, INT64_MAX);
+    bool by_lines = start_line || end_line;
     if (offset && tail) throw ToolError("give offset or tail, not both");
+    if (by_lines && (offset || tail)) throw ToolError("give start_line/end_line or offset/tail, not both");
+    if (start_line && end_line && *end_line < *start_line)
+        throw ToolError(fmt::format("end_line {} is before start_line {}", *end_line, *start_line));
     if (tail) max_bytes = static_cast<std::uint64_t>(*tail);
-    std::string script = std::string(inside_workspace_check) + R"SH(
-        if [ -d "$1" ]; then echo "$1 is a directory; use list_files" >&2; exit 2; fi
-        if [ ! -e "$1" ]; then echo "no such file in the workspace: $1" >&2; exit 2; fi
-        if [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 2; fi
-        if [ ! -r "$1" ]; then echo "$1 is not readable by the sandbox user" >&2; exit 2; fi
-        wc -c < "$1" || exit 2
-        if [ -n "$3" ]; then tail -c "$3" -- "$1"; else tail -c +"$4" -- "$1" | head -c "$2"; fi)SH";
-    // No temporaries inside ?: in a coroutine: GCC 12 frees them wrongly.
-    std::string tail_arg;
-    if (tail) tail_arg = std::to_string(*tail);
-    std::vector<std::string> script_args{path, std::to_string(max_bytes), tail_arg, std::to_string(offset.value_or(0) + 1)};
-    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 32);
-    auto& out = result.stdout_text;
-    auto newline = out.find('\n');
-    std::uint64_t size = newline == std::string::npos ? 0 : std::strtoull(out.c_str(), nullptr, 10);
-    std::string data = newline == std::string::npos ? std::string() : out.substr(newline + 1);
-    std::uint64_t start = tail ? size - std::min<std::uint64_t>(size, data.size()) : std::min<std::uint64_t>(size, offset.value_or(0));
-    // A read that starts inside a UTF-8 character starts at the next one instead.
-    std::size_t partial = 0;
-    while (start > 0 && partial < 3 && partial < data.size() && (static_cast<unsigned char>(data[partial]) & 0xC0) == 0x80) ++partial;
-    if (partial && is_text(std::string_view(data).substr(partial))) {
-        data.erase(0, partial);
-        start += partial;
+
+    ReadPart part;
+    LinePart lines;
+    if (by_lines) {
+        auto first = static_cast<std::uint64_t>(start_line.value_or(1));
+        auto last = static_cast<std::uint64_t>(end_line.value_or(INT64_MAX));
+        auto read = co_await read_lines(box, path, max_bytes, first, last);
+        part = std::move(read.first);
+        lines = read.second;
+    } else {
+        part = co_await read_bytes(box, path, max_bytes, offset, tail);
     }
-    bool truncated = start + data.size() < size || start > 0;
+    auto& data = part.data;
+    bool truncated = part.truncated;
 
     // What is sent stays within one message whatever max_bytes said: base64 takes
     // 4 bytes per 3, escaped text up to 6 per byte.
@@ -184,11 +269,12 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
         truncated = true;
     }
     json::Writer w;
-    w.begin_object().field("path", path).field("size", size);
-    if (start > 0) w.field("offset", start);
+    w.begin_object().field("path", path).field("size", part.size);
+    if (part.start > 0) w.field("offset", part.start);
+    if (by_lines) w.field("start_line", lines.first).field("end_line", lines.last).field("total_lines", lines.total);
     ToolResult tool_result;
     auto mime = image_mime(path, data);
-    if (!mime.empty() && !truncated && encoding.empty()) {
+    if (!mime.empty() && !truncated && encoding.empty() && !by_lines) {
         w.field("mime", mime).field("encoding", "base64").field("truncated", false);
         tool_result.images.push_back({base64::encode(data), mime});
     } else if (encoding != "base64" && is_text(data)) {
@@ -200,6 +286,78 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
     w.end_object();
     tool_result.structured = w.take();
     co_return tool_result;
+}
+
+// ---- edit_file ------------------------------------------------------------
+
+// A file as edit_file read it: its stamp (size and modification time, which the
+// write checks so that a file changed meanwhile is left alone) and bytes.
+struct FileForEdit {
+    std::string stamp;
+    std::string content;
+};
+
+// Without the agent (the exec fallback), the builtins' steps in a shell.
+constexpr std::string_view read_for_edit_sh = R"SH(
+        size=$(wc -c < "$1") || exit 2
+        if [ "$size" -gt "$2" ]; then echo "$1 is $size bytes; the limit is $2 bytes" >&2; exit 2; fi
+        stat -L -c '%s %.9Y %a' -- "$1" && exec cat -- "$1")SH";
+constexpr std::string_view replace_after_edit_sh = R"SH(
+        f=$(realpath -- "$1") || exit 2
+        if [ "$(stat -c '%s %.9Y' -- "$f")" != "$2" ]; then
+            echo "$1 changed while it was being edited; read it again and retry" >&2; exit 2
+        fi
+        t=$(mktemp -- "$(dirname -- "$f")/.$(basename -- "$f").cubicle-edit-XXXXXX") || exit 2
+        if cat > "$t" && chmod --reference="$f" -- "$t" && mv -f -- "$t" "$f"; then exit 0; fi
+        rm -f -- "$t"; exit 2)SH";
+
+asio::awaitable<FileForEdit> read_for_edit(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t limit) {
+    sandbox::ExecResult result;
+    if (box->uses_agent()) {
+        std::vector<std::string> argv{std::string(sandbox::agent::builtin_read_file), path, std::to_string(limit)};
+        result = co_await run_helper(box, std::move(argv), std::string(), limit + 128);
+        if (failed(result)) throw script_failure(result);
+    } else {
+        std::string script = std::string(inside_workspace_check) + std::string(readable_file_check) + std::string(read_for_edit_sh);
+        std::vector<std::string> script_args{path, std::to_string(limit)};
+        result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), limit + 128);
+    }
+    auto& out = result.stdout_text;
+    auto newline = out.find('\n');
+    auto mode = out.rfind(' ', newline);  // the stamp is "SIZE MTIME", then " MODE"
+    if (newline == std::string::npos || mode == std::string::npos) throw ToolError(fmt::format("{} could not be read", path));
+    co_return FileForEdit{out.substr(0, mode), out.substr(newline + 1)};
+}
+
+asio::awaitable<void> replace_after_edit(std::shared_ptr<Sandbox> box, std::string path, std::string stamp, std::string content) {
+    if (box->uses_agent()) {
+        std::vector<std::string> argv{std::string(sandbox::agent::builtin_replace_file), path, stamp};
+        auto result = co_await run_helper(box, std::move(argv), std::move(content), 64 * 1024);
+        if (failed(result)) throw script_failure(result);
+    } else {
+        std::string script = std::string(inside_workspace_check) + std::string(replace_after_edit_sh);
+        std::vector<std::string> script_args{path, stamp};
+        co_await sandbox_sh(box, std::move(script), std::move(script_args), std::move(content), 64 * 1024);
+    }
+}
+
+asio::awaitable<ToolResult> edit_file(Env env, simdjson::dom::element arguments, Context context) {
+    Args args(arguments, {"sandbox_id", "path", "old_text", "new_text", "replace_all"});
+    auto box = env.manager.get(args.required_string("sandbox_id"), context->principal());
+    auto path = file_path_argument(args, "path");
+    files::Edit edit{args.required_string("old_text"), args.required_string("new_text"), args.boolean("replace_all").value_or(false)};
+    auto limit = transfer_limits(env.config).max_bytes;
+    auto file = co_await read_for_edit(box, path, limit);
+    auto outcome = files::apply_edit(path, file.content, edit);
+    if (outcome.content.size() > limit)
+        throw ToolError(fmt::format("the edited file would be {} bytes; the limit is {} bytes", outcome.content.size(), limit));
+    std::uint64_t bytes = outcome.content.size();
+    co_await replace_after_edit(box, path, std::move(file.stamp), std::move(outcome.content));
+    json::Writer w;
+    w.begin_object().field("path", path).field("replacements", outcome.replacements).field("first_line", outcome.first_line);
+    w.field("bytes", bytes).field("encoding", outcome.encoding).field("line_ending", outcome.line_ending);
+    w.field("diff", outcome.diff).end_object();
+    co_return structured(w.take());
 }
 
 // ---- list_files -----------------------------------------------------------
@@ -519,6 +677,7 @@ Handlers file_handlers(Env env) {
         {"write_file", bind<write_file>(env)},       {"read_file", bind<read_file>(env)},
         {"list_files", bind<list_files>(env)},       {"upload_file", bind<upload_file>(env)},
         {"download_file", bind<download_file>(env)}, {"clean_workspace", bind<clean_workspace>(env)},
+        {"edit_file", bind<edit_file>(env)},
     };
 }
 

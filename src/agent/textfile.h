@@ -1,0 +1,25 @@
+/*
+ * Reading and replacing one workspace file, built into the agent for
+ * edit_file: a read, an edit on the server and an atomic write cost two forks
+ * of the agent instead of two shells and the half-dozen programs they start.
+ * Both run in a forked child of the agent, as the sandbox user, in the
+ * workspace, with a RUN's pipes, timeout and output cap.
+ */
+#ifndef CUBICLE_AGENT_TEXTFILE_H
+#define CUBICLE_AGENT_TEXTFILE_H
+
+/* argv: CUBICLE_BUILTIN_READ_FILE PATH MAX_BYTES.  PATH must be a regular
+ * file inside the working directory (links followed only while they stay
+ * inside it) of at most MAX_BYTES.  Writes its stamp ("SIZE MTIME_NS", what
+ * replace-file checks), a space, its permission bits in octal, a newline, then
+ * its bytes.  Returns 2 with the reason on stderr when it cannot. */
+int read_file_main(int argc, char **argv);
+
+/* argv: CUBICLE_BUILTIN_REPLACE_FILE PATH STAMP.  Writes standard input to
+ * PATH atomically (a temporary file in its directory, renamed over it) with
+ * PATH's permission bits, provided PATH's stamp is still STAMP: a file changed
+ * since it was read is left alone.  Returns 2 with the reason on stderr when
+ * it cannot. */
+int replace_file_main(int argc, char **argv);
+
+#endif
