@@ -171,6 +171,8 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_transfer_mb = parse_number("--max-transfer-mb", v, 1, 1 << 20); }},
         {"--max-transfer-entries", "CUBICLE_MAX_TRANSFER_ENTRIES", "N", "most files and directories in one transfer",
          [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
+        {"--max-exposed-ports", "CUBICLE_MAX_EXPOSED_PORTS", "N", "most ports one sandbox may expose at once (expose_port)",
+         [](Config& c, std::string_view v) { c.max_exposed_ports = parse_number("--max-exposed-ports", v, 1, 1024); }},
         {"--egress-allow", "CUBICLE_EGRESS_ALLOW", "HOST[:PORT]",
          "only destination networked sandboxes may reach (repeatable; variable: comma-separated)",
          [](Config& c, std::string_view v) {

@@ -44,6 +44,7 @@ struct Config {
     std::vector<std::string> allow_host_dirs;  // host directories open to upload/download
     int max_transfer_mb = 256;                 // per upload, download or file read/write
     int max_transfer_entries = 10000;          // files and directories per transfer
+    int max_exposed_ports = 8;                 // expose_port listeners per sandbox
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
     std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream

@@ -171,6 +171,7 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
                                .resource_metadata = authenticator->resource_metadata()};
     auto sandbox_metrics = [&manager] { return sandbox::prometheus_text(manager.live(), manager.pool_stats()); };
     mcp::HttpServer server(io.get_executor(), settings, make_session, http_auth, metrics, sandbox_metrics);
+    server.set_preview(tools::preview_opener(manager));
     try {
         server.start();
     } catch (const std::exception& e) {

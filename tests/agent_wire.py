@@ -23,7 +23,7 @@ def _read(path=PROTOCOL_H):
 
     if len(types) < 12:
         raise RuntimeError(f"{path}: expected the frame types in CUBICLE_FRAME_TYPES, found {types}")
-    return types, define("CUBICLE_FRAME_HEADER_SIZE"), define("CUBICLE_FRAME_MAX_PAYLOAD")
+    return types, define("CUBICLE_FRAME_HEADER_SIZE"), define("CUBICLE_FRAME_MAX_PAYLOAD"), define("CUBICLE_STREAM_WINDOW")
 
 
 def _string_define(name, path=PROTOCOL_H):
@@ -33,9 +33,11 @@ def _string_define(name, path=PROTOCOL_H):
     return match.group(1)
 
 
-FRAME_TYPES, HEADER_SIZE, MAX_PAYLOAD = _read()
+FRAME_TYPES, HEADER_SIZE, MAX_PAYLOAD, STREAM_WINDOW = _read()
 BUILTIN_CHANGED_FILES = _string_define("CUBICLE_BUILTIN_CHANGED_FILES")
 BUILTIN_REMOVE = _string_define("CUBICLE_BUILTIN_REMOVE")
+BUILTIN_READ_FILE = _string_define("CUBICLE_BUILTIN_READ_FILE")
+BUILTIN_REPLACE_FILE = _string_define("CUBICLE_BUILTIN_REPLACE_FILE")
 RUN_MARKER = _string_define("CUBICLE_RUN_MARKER")
 globals().update(FRAME_TYPES)   # RUN, KILL, ..., CONTROL
 HDR = struct.Struct(">IBI")

@@ -68,6 +68,8 @@ TOOL_REQUIRED = {
     "open_project": {"sandbox_id", "host_path"},
     "diff_project": {"sandbox_id"},
     "apply_project": {"sandbox_id"},
+    "expose_port": {"sandbox_id", "port"},
+    "unexpose_port": {"sandbox_id", "port"},
     "install_package": {"sandbox_id", "packages"},
     "list_languages": set(),
 }

@@ -70,6 +70,7 @@
 #include "textfile.h"
 #include "proxy.h"
 #include "reset.h"
+#include "streams.h"
 #include "wire.h"
 #include "zygote.h"
 
@@ -432,24 +433,30 @@ static void child_fail(int fd, int stage)
     _exit(127);
 }
 
-/* Make every fd >= 3 close on exec, so nothing of ours leaks into the child
- * while the error pipe stays usable until exec succeeds. */
-static void cloexec_from_3(void)
+/* Every fd >= 3 made close-on-exec, so nothing of ours leaks into the child
+ * while the error pipe stays usable until exec succeeds; or closed, as exec
+ * would close them, for a builtin that runs without one (otherwise it would
+ * hold, among others, the write end of its own stdin and never see its end). */
+static void fds_from_3(int close_them)
 {
 #if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
-    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+    if (syscall(SYS_close_range, 3U, ~0U, close_them ? 0U : (unsigned)CLOSE_RANGE_CLOEXEC) == 0)
         return;
 #endif
     struct rlimit rl;
     long max = 65536;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
         max = (long)rl.rlim_cur;
-    for (int fd = 3; fd < max; fd++)
-        fcntl(fd, F_SETFD, FD_CLOEXEC);
+    for (int fd = 3; fd < max; fd++) {
+        if (close_them)
+            close(fd);
+        else
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
 }
 
 /* Give an OPEN child its control pipe as fd 3, the only fd above 2 that
- * survives exec.  Runs after cloexec_from_3, so every other fd is CLOEXEC. */
+ * survives exec.  Runs after fds_from_3(0), so every other fd is CLOEXEC. */
 static void install_control_fd(int ctl_w, int *ep)
 {
     if (*ep == CONTROL_FD) {   /* keep the error pipe from being clobbered */
@@ -503,7 +510,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
 
     if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
         child_fail(ep, STAGE_SETUP);
-    cloexec_from_3();
+    fds_from_3(0);
     if (ctl_w >= 0)
         install_control_fd(ctl_w, &ep);
     /* When the sandbox runs out of memory the kernel must pick the program,
@@ -525,7 +532,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
         int argc = 0;
         while (r->argv[argc])
             argc++;
-        close(ep);   /* "it runs": the agent stops waiting for an exec */
+        fds_from_3(1);   /* closes ep too: "it runs", the agent stops waiting for an exec */
         _exit(builtin(argc, r->argv));
     }
     execvp(r->argv[0], r->argv);
@@ -849,7 +856,7 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
         send_error(id, "malformed %s: %s", what, bad);
     else if (id == 0)
         send_error(id, "malformed %s: exec id 0 is reserved", what);
-    else if (find_exec(id))
+    else if (find_exec(id) || streams_has(id))
         send_error(id, "exec id %u is already in use", id);
     else
         spawn(id, &r, mode, save, via_zygote);
@@ -894,6 +901,7 @@ static void handle_reset(uint32_t id)
         send_error(id, "%s", refusal);
         return;
     }
+    streams_close_all("the sandbox was reset");
     end_executions();
     while (execs) {
         struct exec *e = execs;
@@ -956,6 +964,12 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
         break;
     case CUBICLE_FRAME_RESET:
         handle_reset(id);
+        break;
+    case CUBICLE_FRAME_CONNECT:
+    case CUBICLE_FRAME_DATA:
+    case CUBICLE_FRAME_SHUT:
+    case CUBICLE_FRAME_WINDOW:
+        streams_handle(type, id, payload, len);
         break;
     default:
         send_error(id, "unknown frame type 0x%02x", type);
@@ -1252,7 +1266,7 @@ static int poll_timeout(int64_t now)
 /* ---- main loop ------------------------------------------------------- */
 
 enum { W_STDOUT, W_STDERR, W_CONTROL, W_STDIN, W_COUNT };   /* poll slots per exec */
-struct slot { struct exec *e; int which; };
+struct slot { struct exec *e; int which; };   /* e NULL: a stream's socket (streams.h) */
 
 /* Add e's open pipes to the poll set.  Stdin only asks for POLLOUT while
  * bytes are queued (a session's idle stdin would otherwise spin the loop);
@@ -1304,6 +1318,7 @@ int main(int argc, char **argv)
 {
     struct pollfd *pfd = NULL;
     struct slot *slot = NULL;
+    struct stream **owner = NULL;   /* the stream polled at each slot, for streams */
     size_t cap = 0;
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
@@ -1319,6 +1334,7 @@ int main(int argc, char **argv)
     sweep_enabled = sandbox && getuid() != 0;
     setup();
     paths_init();
+    streams_init(send_frame);
     if (sweep_enabled) {
         reset_snapshot();
         memory_init(memory_limit);
@@ -1330,13 +1346,14 @@ int main(int argc, char **argv)
         server_in = server_out = channel;
 
     for (;;) {
-        size_t n = 0, need = 2;
+        size_t n = 0, need = 2 + streams_count();
         for (struct exec *e = execs; e; e = e->next)
             need += W_COUNT;
         if (need > cap) {
             pfd = realloc(pfd, need * sizeof *pfd);
             slot = realloc(slot, need * sizeof *slot);
-            if (!pfd || !slot)
+            owner = realloc(owner, need * sizeof *owner);
+            if (!pfd || !slot || !owner)
                 die(1, "out of memory for poll set");
             cap = need;
         }
@@ -1344,6 +1361,10 @@ int main(int argc, char **argv)
         pfd[n++] = (struct pollfd){ sig_fd, POLLIN, 0 };
         for (struct exec *e = execs; e; e = e->next)
             n = add_exec_fds(e, pfd, slot, n);
+        size_t first_stream = n;
+        n = streams_add_fds(pfd, owner, n);
+        for (size_t i = first_stream; i < n; i++)
+            slot[i] = (struct slot){ NULL, 0 };
 
         if (poll(pfd, n, poll_timeout(now_us())) < 0) {
             if (errno == EINTR)
@@ -1355,8 +1376,10 @@ int main(int argc, char **argv)
          * in this pass (a control read drains the output pipes) is skipped
          * by the handlers, which check for -1. */
         for (size_t i = 2; i < n; i++)
-            if (pfd[i].revents)
+            if (pfd[i].revents && slot[i].e)
                 service(slot[i], pfd[i].revents);
+            else if (pfd[i].revents)
+                streams_service(owner[i], pfd[i].revents);
         if (pfd[1].revents)
             reap();
         if (pfd[0].revents)
@@ -1365,5 +1388,6 @@ int main(int argc, char **argv)
         check_timeouts(now);
         check_memory(now);
         finish_completed(now);
+        streams_reap();
     }
 }

@@ -21,6 +21,18 @@
  * verified.  CLEAN answers with the same id: an empty payload when nothing is
  * left, else a human-readable list of what is (the server then removes the
  * container instead of reusing it).
+ *
+ * Streams (port previews, streams.h): CONNECT (payload: a decimal port) asks
+ * the agent to connect to 127.0.0.1:PORT -- the sandbox's own loopback, the
+ * only address it ever dials -- as stream <id> (ids shared with executions).
+ * CONNECTED answers, or ERROR when nothing listens.  Then DATA carries bytes
+ * both ways, SHUT with an empty payload ends one direction (a half-close;
+ * the stream is over once both directions ended) and SHUT with a non-empty
+ * payload (why) aborts it: both sides forget it, nothing answers.  Each side
+ * may have at most CUBICLE_STREAM_WINDOW bytes of DATA unacknowledged by the
+ * other; WINDOW (payload: decimal bytes) hands credit back once they left
+ * for their destination, so neither side buffers more than a window per
+ * stream and a big download never crowds out other executions' frames.
  */
 #ifndef CUBICLE_AGENT_PROTOCOL_H
 #define CUBICLE_AGENT_PROTOCOL_H
@@ -50,13 +62,15 @@
  * environment a process's exec made, not what it set later. */
 #define CUBICLE_RUN_MARKER "CUBICLE_RUN"
 #define CUBICLE_RUN_MARKER_ZYGOTE "0000000000"
+/* Flow control of streams (see above): DATA in flight per stream and direction. */
+#define CUBICLE_STREAM_WINDOW (1u << 20)
 /* the largest payload either side accepts */
 #define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
 
 /* X(NAME, cxx_name, value): every frame type, with its spelling in C
  * (CUBICLE_FRAME_NAME) and in C++ (FrameType::cxx_name, where stdout and
- * stderr are macros).  The first group goes server -> agent, the second
- * agent -> server. */
+ * stderr are macros).  The first group goes server -> agent (DATA, SHUT and
+ * WINDOW go both ways), the second agent -> server. */
 #define CUBICLE_FRAME_TYPES(X)                                                   \
     X(RUN, run, 0x01)         /* start a program; payload ends with stdin */     \
     X(KILL, kill, 0x02)       /* kill an execution's process group */            \
@@ -69,6 +83,10 @@
     X(RESET, reset, 0x09)     /* end every process, wipe, verify: see below */   \
     X(ZYGOTE, zygote, 0x0A)   /* RUN payload: (re)start the zygote (zygote.h)  */ \
     X(FORK, fork, 0x0B)       /* a RUN the zygote forks when it can, else a RUN */ \
+    X(CONNECT, connect, 0x0C) /* open stream <id> to 127.0.0.1:PORT (see above) */ \
+    X(DATA, data, 0x0D)       /* a stream's bytes; both ways */                  \
+    X(SHUT, shut, 0x0E)       /* "" = end of one direction, else abort; both ways */ \
+    X(WINDOW, window, 0x0F)   /* credit for more DATA, decimal; both ways */     \
     X(HELLO, hello, 0x10)     /* first frame: "cubicle-agent VERSION" */         \
     X(STDOUT, stdout_, 0x11)                                                     \
     X(STDERR, stderr_, 0x12)                                                     \
@@ -76,7 +94,8 @@
     X(ERROR, error, 0x14)     /* a request failed; the payload says why */       \
     X(PONG, pong, 0x15)                                                          \
     X(CONTROL, control, 0x16) /* bytes an OPEN process wrote to fd 3 */      \
-    X(CLEAN, clean, 0x17)     /* RESET's answer: "" = pristine, else what is left */
+    X(CLEAN, clean, 0x17)     /* RESET's answer: "" = pristine, else what is left */ \
+    X(CONNECTED, connected, 0x18) /* CONNECT's answer: the stream is open */
 
 #define CUBICLE_FRAME_ENUM_(name, cxx_name, value) CUBICLE_FRAME_##name = value,
 enum cubicle_frame_type { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_ENUM_) };

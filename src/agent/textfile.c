@@ -47,8 +47,8 @@ static int check_regular(const char *path, const struct stat *st)
 
 static void format_stamp(const struct stat *st, char *out, size_t size)
 {
-    snprintf(out, size, "%lld %lld.%09ld", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
-             st->st_mtim.tv_nsec);
+    snprintf(out, size, "%lld %lld.%09ld %llu", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+             st->st_mtim.tv_nsec, (unsigned long long)st->st_ino);
 }
 
 static int copy_all(int from, int to)
@@ -75,10 +75,47 @@ static int copy_all(int from, int to)
     }
 }
 
+/* Lines [first, last] of fd to stdout, at most max bytes of them; returns the
+ * file's line count (a last line without a newline counts), or -1. */
+static long long copy_lines(int fd, unsigned long long first, unsigned long long last, long long max)
+{
+    char buf[65536];
+    unsigned long long line = 1;
+    long long sent = 0, lines = 0;
+    int partial = 0;   /* the last byte read was not a newline */
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return lines + partial;
+        for (char *p = buf, *end = buf + n; p < end;) {
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            char *stop = nl ? nl + 1 : end;
+            if (line >= first && line <= last && sent < max) {
+                size_t take = (size_t)(stop - p);
+                if ((long long)take > max - sent)
+                    take = (size_t)(max - sent);
+                if (fwrite(p, 1, take, stdout) != take)
+                    return -1;
+                sent += (long long)take;
+            }
+            if (nl) {
+                line++;
+                lines++;
+            }
+            partial = nl == NULL;
+            p = stop;
+        }
+    }
+}
+
 int read_file_main(int argc, char **argv)
 {
-    if (argc != 3)
-        return fail(argv[0], "takes PATH MAX_BYTES");
+    if (argc != 3 && argc != 5)
+        return fail(argv[0], "takes PATH MAX_BYTES [FIRST_LINE LAST_LINE]");
     char resolved[PATH_MAX];
     int rc = resolve_inside(argv[1], resolved);
     if (rc)
@@ -92,12 +129,21 @@ int read_file_main(int argc, char **argv)
     if ((rc = check_regular(argv[1], &st)))
         return rc;
     long long max = strtoll(argv[2], NULL, 10);
+    char stamp[96];
+    format_stamp(&st, stamp, sizeof stamp);
+    if (argc == 5) {
+        /* Lines: the body first (buffered by stdio up to its cap), the count
+         * last, after a NUL: it is known only at the end of the file. */
+        long long lines = copy_lines(fd, strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), max);
+        if (lines < 0)
+            return fail(argv[1], strerror(errno));
+        printf("%c%s %o %lld", 0, stamp, (unsigned)(st.st_mode & 07777), lines);
+        return fflush(stdout) == 0 ? 0 : fail(argv[1], strerror(errno));
+    }
     if (st.st_size > max) {
         fprintf(stderr, "%s is %lld bytes; the limit is %lld bytes\n", argv[1], (long long)st.st_size, max);
         return 2;
     }
-    char stamp[64];
-    format_stamp(&st, stamp, sizeof stamp);
     printf("%s %o\n", stamp, (unsigned)(st.st_mode & 07777));
     fflush(stdout);
     if (copy_all(fd, STDOUT_FILENO) != 0)
@@ -118,7 +164,7 @@ int replace_file_main(int argc, char **argv)
         return fail(argv[1], strerror(errno));
     if ((rc = check_regular(argv[1], &st)))
         return rc;
-    char stamp[64];
+    char stamp[96];
     format_stamp(&st, stamp, sizeof stamp);
     if (strcmp(stamp, argv[2]) != 0)
         return fail(argv[1], "changed while it was being edited; read it again and retry");

@@ -8,11 +8,16 @@
 #ifndef CUBICLE_AGENT_TEXTFILE_H
 #define CUBICLE_AGENT_TEXTFILE_H
 
-/* argv: CUBICLE_BUILTIN_READ_FILE PATH MAX_BYTES.  PATH must be a regular
- * file inside the working directory (links followed only while they stay
- * inside it) of at most MAX_BYTES.  Writes its stamp ("SIZE MTIME_NS", what
- * replace-file checks), a space, its permission bits in octal, a newline, then
- * its bytes.  Returns 2 with the reason on stderr when it cannot. */
+/* argv: CUBICLE_BUILTIN_READ_FILE PATH MAX_BYTES [FIRST LAST].  PATH must be
+ * a regular file inside the working directory (links followed only while
+ * they stay inside it) of at most MAX_BYTES.  Writes its stamp ("SIZE MTIME
+ * INODE", what replace-file checks: the modification time is as coarse as
+ * the kernel's clock tick, and a replaced file is a new inode), a space, its
+ * permission bits in octal, a newline, then its bytes.  With FIRST and LAST
+ * (1-based, inclusive), a file of any size: lines FIRST to LAST, at most
+ * MAX_BYTES of them, then a NUL, the stamp, the permission bits and the
+ * file's line count (a last line without a newline counts).  Returns 2 with
+ * the reason on stderr when it cannot. */
 int read_file_main(int argc, char **argv);
 
 /* argv: CUBICLE_BUILTIN_REPLACE_FILE PATH STAMP.  Writes standard input to

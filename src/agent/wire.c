@@ -102,3 +102,19 @@ void wire_free_run(struct run_req *r)
     free(r->env);
     r->argv = r->env = NULL;
 }
+
+int wire_parse_decimal(const unsigned char *p, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (len == 0 || len > 20)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9' || v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    if (v > max)
+        return -1;
+    *out = v;
+    return 0;
+}

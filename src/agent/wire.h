@@ -40,5 +40,8 @@ const char *wire_parse_run(char *payload, size_t len, struct run_req *r);
 /* A NUL-terminated decimal number (as in RUN, SAVE and SIGNAL payloads); 0 on success. */
 int wire_parse_u64(const char *s, uint64_t *out);
 void wire_free_run(struct run_req *r);
+/* A decimal number of `len` bytes, not NUL-terminated (CONNECT's port, WINDOW's
+ * credit), at most `max`; 0 on success. */
+int wire_parse_decimal(const unsigned char *p, size_t len, uint64_t max, uint64_t *out);
 
 #endif

@@ -310,7 +310,19 @@ asio::awaitable<BuildResult> build(docker::Client& docker, sandbox::Manager& man
         std::rethrow_exception(failure);
     }
     co_await docker.tag_image(result.id, profile.repository(), profile.tag());
-    if (previous && previous->id != result.id) co_await docker.remove_image(previous->id);
+    // The build succeeded once tagged: the image it replaces goes if it can (a
+    // daemon busy deleting gigabytes may not answer in time), else it is named.
+    if (previous && previous->id != result.id) {
+        std::string left;
+        try {
+            co_await docker.remove_image(previous->id);
+        } catch (const std::exception& e) {
+            left = e.what();
+        }
+        if (!left.empty())
+            output->line(fmt::format("  the image it replaces is still there ({}); `docker image rm {}` removes it", left,
+                                     previous->id.substr(7, 12)));
+    }
     auto info = co_await docker.inspect_image(result.id);
     result.size = info ? info->size : 0;
     result.built = true;

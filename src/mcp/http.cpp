@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <deque>
 #include <map>
 #include <sstream>
@@ -214,6 +215,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     bool stopping = false;
     std::vector<std::string> allowed_hosts;
     std::vector<std::string> allowed_origins;
+    PreviewOpener preview;
 
     void start();
     asio::awaitable<void> accept_loop();
@@ -232,6 +234,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
                                           std::string session_id);
     template <class Stream>
     asio::awaitable<bool> send(Stream& stream, Response response);
+    template <class Stream>
+    asio::awaitable<bool> proxy_preview(Stream& stream, Request request, std::string principal, std::string_view rest);
     Response make(const Request& request, http::status status, std::string body, std::string_view type = "application/json");
     std::string sse_header(const Request& request, const std::string& session_id);
     std::optional<Response> check_origin(const Request& request);
@@ -445,6 +449,69 @@ std::string HttpServer::Impl::sse_header(const Request& request, const std::stri
     return std::move(text).str();
 }
 
+// {path}/preview/{sandbox_id}/{port}/REST: the request goes to the program as REST,
+// without the caller's credentials and with "Connection: close"; its answer comes
+// back byte for byte as the program writes it (chunked, SSE), then the connection
+// closes. Upgrades (websockets) are relayed only by the loopback listener.
+template <class Stream>
+asio::awaitable<bool> HttpServer::Impl::proxy_preview(Stream& stream, Request request, std::string principal, std::string_view rest) {
+    auto slash = rest.find('/');
+    auto id = std::string(rest.substr(0, slash));
+    auto after_id = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    auto port_end = after_id.find_first_of("/?");
+    auto port_text = after_id.substr(0, port_end);
+    unsigned port = 0;
+    auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (id.empty() || ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 || port > 65535) {
+        co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
+    }
+    auto upstream_target = std::string(port_end == std::string_view::npos ? std::string_view() : after_id.substr(port_end));
+    if (upstream_target.empty() || upstream_target.front() != '/') upstream_target.insert(0, "/");
+    std::unique_ptr<PreviewStream> upstream;
+    std::string failure;
+    try {
+        upstream = co_await preview(std::move(principal), id, static_cast<unsigned short>(port));
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    if (!upstream && failure.empty()) {  // another principal's preview is as unknown as none
+        co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
+    }
+    if (!upstream) {
+        auto response = make(request, http::status::bad_gateway, fmt::format("cubicle: the sandbox's port cannot be reached: {}\n", failure),
+                             "text/plain; charset=utf-8");
+        response.keep_alive(false);
+        co_return co_await send(stream, std::move(response));
+    }
+    request.target(upstream_target);
+    request.erase(http::field::authorization);  // the server's credential, not the program's
+    request.set("X-Forwarded-Prefix", fmt::format("{}/preview/{}/{}", settings.path, id, port));
+    request.keep_alive(false);
+    request.prepare_payload();
+    std::ostringstream head;
+    head << request;
+    auto& lowest = beast::get_lowest_layer(stream);
+    lowest.expires_never();  // an event stream may stay quiet for long
+    auto request_bytes = std::move(head).str();
+    bool sent = co_await upstream->write(request_bytes);
+    if (!sent) co_return false;
+    std::string buffer(64 * 1024, '\0');
+    bool first = true;
+    for (;;) {
+        std::size_t n = co_await upstream->read_some(buffer.data(), buffer.size());
+        if (n == 0) break;
+        if (first) {  // counted by the program's status, when its first bytes say it ("HTTP/1.1 200 …")
+            first = false;
+            unsigned status = 0;
+            if (n >= 12 && std::string_view(buffer.data(), 7) == "HTTP/1.") std::from_chars(buffer.data() + 9, buffer.data() + 12, status);
+            if (status >= 100 && status <= 599) ++responses[status];
+        }
+        auto [write_ec, written] = co_await asio::async_write(stream, asio::buffer(buffer.data(), n), use_tuple);
+        if (write_ec) break;
+    }
+    co_return false;
+}
+
 template <class Stream>
 asio::awaitable<bool> HttpServer::Impl::send(Stream& stream, Response response) {
     ++responses[response.result_int()];
@@ -480,7 +547,9 @@ asio::awaitable<bool> HttpServer::Impl::answer(Stream& stream, Request request) 
         (path.size() == metadata_path.size() || path[metadata_path.size()] == '/') && !settings.resource_metadata.empty()) {
         co_return co_await send(stream, make(request, http::status::ok, settings.resource_metadata));
     }
-    if (path != settings.path && path != "/metrics") {
+    auto preview_prefix = settings.path + "/preview/";
+    bool preview_path = preview && path.starts_with(preview_prefix);
+    if (path != settings.path && path != "/metrics" && !preview_path) {
         co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
     }
     std::string principal(anonymous_principal);
@@ -492,6 +561,10 @@ asio::awaitable<bool> HttpServer::Impl::answer(Stream& stream, Request request) 
             co_return co_await send(stream, std::move(response));
         }
         principal = std::move(*who);
+    }
+    if (preview_path) {
+        auto rest = target.substr(preview_prefix.size());
+        co_return co_await proxy_preview(stream, std::move(request), std::move(principal), rest);
     }
     if (path == "/metrics") {
         co_return co_await send(stream, make(request, http::status::ok, metrics_text(), "text/plain; version=0.0.4"));
@@ -784,6 +857,8 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpSettings settings, Se
 HttpServer::~HttpServer() = default;
 
 void HttpServer::start() { impl_->start(); }
+
+void HttpServer::set_preview(PreviewOpener opener) { impl_->preview = std::move(opener); }
 
 unsigned short HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 

@@ -68,6 +68,21 @@ struct Metrics {
 // (refusals are tool errors) and counts calls and latencies.
 std::vector<Tool> metered_tools(std::vector<Tool> tools, std::shared_ptr<auth::Quotas> quotas, std::shared_ptr<Metrics> metrics);
 
+// A byte stream to a program's port: what {path}/preview/{sandbox_id}/{port}/
+// proxies to. The tools wire it to a sandbox's exposed port (mcp/ knows no sandboxes).
+class PreviewStream {
+public:
+    virtual ~PreviewStream() = default;
+    // At least one byte; 0 at the program's end.
+    virtual boost::asio::awaitable<std::size_t> read_some(char* data, std::size_t size) = 0;
+    // False once the stream broke.
+    virtual boost::asio::awaitable<bool> write(std::string_view data) = 0;
+};
+// `principal`'s exposed port, connected; nullptr when there is no such preview of
+// theirs (404, like any unknown path); throws when nothing answers there (502).
+using PreviewOpener = std::function<boost::asio::awaitable<std::unique_ptr<PreviewStream>>(
+    std::string principal, std::string sandbox_id, unsigned short port)>;
+
 class HttpServer {
 public:
     using SessionFactory = std::function<std::unique_ptr<Session>()>;
@@ -76,6 +91,8 @@ public:
                std::shared_ptr<Metrics> metrics, std::function<std::string()> more_metrics);
     ~HttpServer();
 
+    // Serves previews under {path}/preview/ (set before start).
+    void set_preview(PreviewOpener opener);
     // Binds and starts accepting. Throws std::runtime_error when it cannot.
     void start();
     unsigned short port() const;

@@ -14,6 +14,7 @@
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "sandbox/languages.hpp"
+#include "sandbox/previews.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -71,6 +72,7 @@ Sandbox::Sandbox(asio::any_io_executor executor, std::string id, std::string con
       created_(std::chrono::steady_clock::now()) {}
 
 Sandbox::~Sandbox() {
+    if (previews_) previews_->close_all();
     if (stream_) stream_->close();
     if (channel_) channel_->close();
 }
@@ -267,12 +269,54 @@ void Sandbox::signal(const ExecHandle& handle, int signal_number) {
     send_frame(agent::encode(agent::FrameType::signal, handle.exec_id, std::to_string(signal_number)));
 }
 
+std::string Sandbox::relay_refusal() const {
+    if (!alive_) return fmt::format("sandbox {} is no longer running ({})", id_, death_reason_);
+    if (!uses_agent()) return "this sandbox runs programs without its agent (exec mode), which is what relays ports";
+    // Workspaces of one container share its loopback: one could reach another's servers.
+    if (shared_) return "a workspace shares its container's network with other workspaces; ports are relayed only from a sandbox of its own";
+    return {};
+}
+
+asio::awaitable<std::shared_ptr<AgentStream>> Sandbox::open_stream(unsigned short port) {
+    if (auto refusal = relay_refusal(); !refusal.empty()) throw ToolError(refusal);
+    auto self = shared_from_this();
+    std::erase_if(streams_, [](const auto& entry) {
+        auto stream = entry.second.lock();
+        return !stream || stream->finished();
+    });
+    std::uint32_t stream_id = next_exec_id_++;
+    std::weak_ptr<Sandbox> weak = weak_from_this();
+    auto sender = [weak](std::string frame) {
+        if (auto box = weak.lock(); box && box->alive_) box->send_frame(std::move(frame));
+    };
+    auto stream = std::make_shared<AgentStream>(executor_, stream_id, std::move(sender));
+    streams_[stream_id] = stream;
+    send_frame(agent::encode(agent::FrameType::connect, stream_id, std::to_string(port)));
+    bool ok = co_await stream->connected();
+    if (!ok) {
+        streams_.erase(stream_id);
+        throw ToolError(stream->error());
+    }
+    co_return stream;
+}
+
+Previews& Sandbox::previews() {
+    if (!previews_) previews_ = std::make_shared<Previews>(executor_);
+    return *previews_;
+}
+
 void Sandbox::shutdown(std::string reason) {
     if (!alive_ && !death_reason_.empty()) return;
     alive_ = false;
     death_reason_ = reason.empty() ? "stopped" : std::move(reason);
     if (stream_) stream_->close();
     if (channel_) channel_->close();
+    if (previews_) previews_->close_all();
+    auto streams = std::move(streams_);
+    streams_.clear();
+    for (auto& [stream_id, weak] : streams) {
+        if (auto stream = weak.lock()) stream->on_closed(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
+    }
     auto pending = std::move(pending_);
     pending_.clear();
     for (auto& [id, entry] : pending) {
@@ -381,6 +425,12 @@ void Sandbox::dispatch(agent::Frame frame) {
         hello_->finish();
         return;
     }
+    if (auto stream_it = streams_.find(frame.id); stream_it != streams_.end()) {
+        auto stream = stream_it->second.lock();
+        if (stream) stream->on_frame(frame.type, std::move(frame.payload));
+        if (!stream || stream->finished()) streams_.erase(frame.id);
+        return;
+    }
     auto it = pending_.find(frame.id);
     if (it == pending_.end()) return;
     auto entry = it->second;
@@ -470,6 +520,7 @@ asio::awaitable<std::string> Sandbox::reset(std::chrono::milliseconds timeout) {
         if (running->interpreter.empty()) co_return "a program is still running";
     }
     auto self = shared_from_this();
+    if (previews_) previews_->close_all();  // the agent ends their streams; the next user must not inherit the ports
     std::uint32_t exec_id = next_exec_id_++;
     auto pending = std::make_shared<Pending>(executor_);
     pending->done.expires_after(timeout);

@@ -19,11 +19,14 @@
 #include "docker/stream.hpp"
 #include "sandbox/agent_channel.hpp"
 #include "sandbox/agent_protocol.hpp"
+#include "sandbox/agent_stream.hpp"
 #include "sandbox/policy.hpp"
 
 namespace cubicle::sandbox {
 
 namespace asio = boost::asio;
+
+class Previews;
 
 // Receives each piece of output as soon as the agent forwards it.
 using OutputSink = std::function<void(docker::StreamKind, std::string_view)>;
@@ -151,7 +154,16 @@ public:
     // such a sandbox is never recycled.
     bool limit_hit() const { return limit_hit_; }
 
-    // Marks the sandbox dead and closes the agent connection; pending runs fail.
+    // A byte stream to 127.0.0.1:`port` inside the sandbox, relayed by the agent.
+    // Throws ToolError when nothing listens there or the sandbox cannot relay.
+    asio::awaitable<std::shared_ptr<AgentStream>> open_stream(unsigned short port);
+    // Why a sandbox cannot relay ports, or empty when it can.
+    std::string relay_refusal() const;
+    // Its exposed ports (previews.hpp), closed with it.
+    Previews& previews();
+
+    // Marks the sandbox dead and closes the agent connection; pending runs fail,
+    // streams break, exposed ports close.
     void shutdown(std::string reason);
 
 private:
@@ -191,6 +203,8 @@ private:
     agent::Decoder channel_decoder_;
     bool hello_channel_ = false;      // the hello said the agent is on its channel
     std::map<std::uint32_t, std::shared_ptr<Pending>> pending_;
+    std::map<std::uint32_t, std::weak_ptr<AgentStream>> streams_;  // by stream id (shared with exec ids)
+    std::shared_ptr<Previews> previews_;
     std::uint32_t next_exec_id_ = 1;
     bool alive_ = false;
     std::string death_reason_;

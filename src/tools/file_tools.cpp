@@ -188,27 +188,38 @@ struct LinePart {
     std::uint64_t first = 0, last = 0, total = 0;
 };
 
-asio::awaitable<std::pair<ReadPart, LinePart>> read_lines(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t max_bytes,
-                                                          std::uint64_t first, std::uint64_t last) {
-    // The header: size, newlines, and 1 when the last line has no newline.
-    std::string script = std::string(inside_workspace_check) + std::string(readable_file_check) + R"SH(
-        size=$(wc -c < "$1") && lines=$(wc -l < "$1") || exit 2
+// Without the agent (the exec fallback), a shell does what the read-file builtin
+// does with a line range: the lines first, then a NUL, then "SIZE _ _ _ LINES".
+constexpr std::string_view read_lines_sh = R"SH(
+        size=$(wc -c < "$1") && newlines=$(wc -l < "$1") || exit 2
         partial=0
         if [ "$size" -gt 0 ] && [ "$(tail -c 1 -- "$1" | wc -l)" -eq 0 ]; then partial=1; fi
-        echo "$size $lines $partial"
-        sed -n "$3,$4p;$4q" -- "$1" | head -c "$2")SH";
-    std::vector<std::string> script_args{path, std::to_string(max_bytes + 1), std::to_string(first), std::to_string(last)};
-    auto result = co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), max_bytes + 64);
+        sed -n "$3,$4p;$4q" -- "$1" | head -c "$2"
+        printf '\0%s - - - %s' "$size" "$((newlines + partial))")SH";
+
+asio::awaitable<std::pair<ReadPart, LinePart>> read_lines(std::shared_ptr<Sandbox> box, std::string path, std::uint64_t max_bytes,
+                                                          std::uint64_t first, std::uint64_t last) {
+    // One byte more than asked says whether there was more.
+    std::vector<std::string> args{path, std::to_string(max_bytes + 1), std::to_string(first), std::to_string(last)};
+    sandbox::ExecResult result;
+    if (box->uses_agent()) {
+        args.insert(args.begin(), std::string(sandbox::agent::builtin_read_file));
+        result = co_await run_helper(box, std::move(args), std::string(), max_bytes + 256);
+        if (failed(result)) throw script_failure(result);
+    } else {
+        std::string script = std::string(inside_workspace_check) + std::string(readable_file_check) + std::string(read_lines_sh);
+        result = co_await sandbox_sh(box, std::move(script), std::move(args), std::string(), max_bytes + 256);
+    }
     auto& out = result.stdout_text;
-    auto newline = out.find('\n');
+    auto nul = out.rfind('\0');
+    unsigned long long size = 0, total = 0;
+    if (nul == std::string::npos || std::sscanf(out.c_str() + nul + 1, "%llu %*s %*s %*s %llu", &size, &total) != 2)
+        throw ToolError(fmt::format("{} could not be read", path));
     ReadPart part;
     LinePart lines;
-    unsigned long long size = 0, newlines = 0, partial = 0;
-    if (newline == std::string::npos || std::sscanf(out.c_str(), "%llu %llu %llu", &size, &newlines, &partial) != 3)
-        throw ToolError(fmt::format("{} could not be read", path));
     part.size = size;
-    lines.total = newlines + partial;
-    part.data = out.substr(newline + 1);
+    lines.total = total;
+    part.data = out.substr(0, nul);
     lines.first = first;
     // Over max_bytes: whole lines only, and at least the line the range starts with.
     if (part.data.size() > max_bytes) {
@@ -290,7 +301,7 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
 
 // ---- edit_file ------------------------------------------------------------
 
-// A file as edit_file read it: its stamp (size and modification time, which the
+// A file as edit_file read it: its stamp (size, modification time and inode, which the
 // write checks so that a file changed meanwhile is left alone) and bytes.
 struct FileForEdit {
     std::string stamp;
@@ -301,10 +312,10 @@ struct FileForEdit {
 constexpr std::string_view read_for_edit_sh = R"SH(
         size=$(wc -c < "$1") || exit 2
         if [ "$size" -gt "$2" ]; then echo "$1 is $size bytes; the limit is $2 bytes" >&2; exit 2; fi
-        stat -L -c '%s %.9Y %a' -- "$1" && exec cat -- "$1")SH";
+        stat -L -c '%s %.9Y %i %a' -- "$1" && exec cat -- "$1")SH";
 constexpr std::string_view replace_after_edit_sh = R"SH(
         f=$(realpath -- "$1") || exit 2
-        if [ "$(stat -c '%s %.9Y' -- "$f")" != "$2" ]; then
+        if [ "$(stat -c '%s %.9Y %i' -- "$f")" != "$2" ]; then
             echo "$1 changed while it was being edited; read it again and retry" >&2; exit 2
         fi
         t=$(mktemp -- "$(dirname -- "$f")/.$(basename -- "$f").cubicle-edit-XXXXXX") || exit 2
@@ -324,7 +335,7 @@ asio::awaitable<FileForEdit> read_for_edit(std::shared_ptr<Sandbox> box, std::st
     }
     auto& out = result.stdout_text;
     auto newline = out.find('\n');
-    auto mode = out.rfind(' ', newline);  // the stamp is "SIZE MTIME", then " MODE"
+    auto mode = out.rfind(' ', newline);  // the stamp is "SIZE MTIME INODE", then " MODE"
     if (newline == std::string::npos || mode == std::string::npos) throw ToolError(fmt::format("{} could not be read", path));
     co_return FileForEdit{out.substr(0, mode), out.substr(newline + 1)};
 }

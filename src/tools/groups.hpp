@@ -18,7 +18,7 @@ const std::vector<ToolGroup>& tool_groups();
 
 // What --tools accepts: the groups and "all".
 bool is_group_name(std::string_view name);
-// "run, files, runs, host, packages or all", for messages and --help.
+// "run, files, runs, preview, host, packages or all", for messages and --help.
 std::string group_names();
 
 } // namespace cubicle::tools

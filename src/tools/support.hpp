@@ -151,6 +151,9 @@ boost::asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, st
 // "python (python3, py), go (golang)" for the detected languages; "none" if there are none.
 std::string available_list(const std::vector<DetectedLanguage>& found);
 
+// expose_port, unexpose_port (preview_tools.cpp).
+Handlers preview_handlers(Env env);
+
 // install_package (package_tools.cpp).
 Handlers package_handlers(Env env);
 

@@ -5,6 +5,7 @@
 
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "mcp/http.hpp"
 #include "mcp/resource.hpp"
 #include "mcp/tool.hpp"
 #include "sandbox/manager.hpp"
@@ -19,5 +20,8 @@ struct Services {
     mcp::ResourceProvider resources;
 };
 Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config);
+
+// What the HTTP transport serves under {path}/preview/: the caller's exposed ports.
+mcp::PreviewOpener preview_opener(sandbox::Manager& manager);
 
 } // namespace cubicle::tools

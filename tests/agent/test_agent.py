@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
+from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, BUILTIN_READ_FILE, BUILTIN_REPLACE_FILE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -872,3 +872,58 @@ def test_changed_files_stops_at_its_count_and_refuses_bad_arguments(agent, tmp_p
     for fid, args in enumerate([[str(tmp_path), "0"], [str(tmp_path), "soon", "5"], [str(tmp_path), "0", "0"]], start=2):
         agent.run(fid, [BUILTIN_CHANGED_FILES, *args])
         assert agent.collect(fid).exit.code == 2, args
+
+
+# ---------------------------------------------------------------------------
+# edit_file's halves: the read-file and replace-file builtins (src/agent/textfile.h)
+
+
+def test_read_file_then_replace_file_keeps_the_mode(agent, tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"old text\n")
+    f.chmod(0o751)
+    agent.run(1, [BUILTIN_READ_FILE, "f.txt", "1000"], cwd=str(tmp_path))
+    r = agent.collect(1)
+    assert r.exit.code == 0, r.stderr
+    header, _, content = r.stdout.partition(b"\n")
+    stamp, _, mode = header.rpartition(b" ")
+    assert content == b"old text\n" and mode == b"751" and stamp.split(b" ")[0] == b"9"
+    agent.run(2, [BUILTIN_REPLACE_FILE, "f.txt", stamp.decode()], cwd=str(tmp_path), stdin=b"new text\n")
+    r = agent.collect(2)
+    assert r.exit.code == 0, r.stderr
+    assert f.read_bytes() == b"new text\n" and f.stat().st_mode & 0o7777 == 0o751
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]  # no temporary left
+    # The stamp no longer matches: a file changed since the read is left alone.
+    agent.run(3, [BUILTIN_REPLACE_FILE, "f.txt", stamp.decode()], cwd=str(tmp_path), stdin=b"lost\n")
+    r = agent.collect(3)
+    assert r.exit.code == 2 and b"changed while it was being edited" in r.stderr
+    assert f.read_bytes() == b"new text\n"
+
+
+def test_read_file_refuses_what_it_must(agent, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "d").mkdir()
+    (work / "big").write_bytes(b"x" * 100)
+    (work / "out").symlink_to("/etc/passwd")
+    os.mkfifo(work / "fifo")
+    cases = {"d": b"is a directory", "missing": b"no such file", "big": b"the limit is 10 bytes",
+             "out": b"outside the workspace", "fifo": b"not a regular file"}
+    for fid, (name, why) in enumerate(cases.items(), start=1):
+        builtin = BUILTIN_READ_FILE if name != "fifo" else BUILTIN_REPLACE_FILE
+        args = [name, "10"] if name != "fifo" else [name, "0 0"]
+        agent.run(fid, [builtin, *args], cwd=str(work))
+        r = agent.collect(fid)
+        assert r.exit.code == 2 and why in r.stderr, (name, r.stderr)
+
+
+def test_read_file_lines_of_a_file_of_any_size(agent, tmp_path):
+    (tmp_path / "f.txt").write_bytes(b"one\ntwo\nthree\nfour")
+    agent.run(1, [BUILTIN_READ_FILE, "f.txt", "1", "2", "3"], cwd=str(tmp_path))
+    r = agent.collect(1)
+    assert r.exit.code == 0, r.stderr
+    body, _, trailer = r.stdout.rpartition(b"\0")
+    assert body == b"t" and trailer.split(b" ")[0] == b"18" and trailer.split(b" ")[-1] == b"4"
+    agent.run(2, [BUILTIN_READ_FILE, "f.txt", "100", "3", "9"], cwd=str(tmp_path))
+    body, _, trailer = agent.collect(2).stdout.rpartition(b"\0")
+    assert body == b"three\nfour" and trailer.endswith(b" 4")

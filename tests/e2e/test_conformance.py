@@ -337,6 +337,9 @@ async def test_every_tool(sdk, host_dir):
     assert status["sandboxes"][0]["sandbox_id"] == sid
     languages = await call("list_languages", {"sandbox_id": sid})
     assert "python" in {entry["name"] for entry in languages["languages"]}
+    exposed = await call("expose_port", {"sandbox_id": sid, "port": 8000})
+    assert exposed["url"] == f"http://127.0.0.1:{exposed['host_port']}/"
+    await call("unexpose_port", {"sandbox_id": sid, "port": 8000})
     await call("clean_workspace", {"sandbox_id": sid})
     await call("stop_sandbox", {"sandbox_id": sid})
     await call("stop_sandbox", {"sandbox_id": sid}, tool_error=True)  # already gone

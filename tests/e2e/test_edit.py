@@ -160,6 +160,8 @@ async def test_without_the_agent_the_same(sandbox_image):
             await edit(srv, sid, "geo.py", "2 * 3.14", "2 * math.pi")
             assert await get(srv, sid, "geo.py") == SOURCE.replace(b"2 * 3.14", b"2 * math.pi")
             assert (await srv.sh(sid, "stat -c %a geo.py"))["stdout"].strip() == "640"
-            assert "occurs 2 times" in await edit_error(srv, sid, "geo.py", "3.14", "x")
+            assert "occurs 2 times" in await edit_error(srv, sid, "geo.py", "return", "yield")
+            sc = await srv.ok("read_file", {"sandbox_id": sid, "path": "geo.py", "start_line": 2, "end_line": 2})
+            assert (sc["content"], sc["end_line"], sc["total_lines"]) == ("    return 3.14 * r * r\n", 2, 6)
             await srv.sh(sid, "ln -sf /etc/passwd out")
             assert "outside the workspace" in await edit_error(srv, sid, "out", "root", "x")

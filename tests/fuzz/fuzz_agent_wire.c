@@ -1,6 +1,7 @@
 /* libFuzzer target: the agent's side of the wire protocol (src/agent/wire.c),
  * fed a byte stream from the server the way agent.c's read loop splits it:
- * frame headers, then RUN/OPEN payloads parsed into a run request. */
+ * frame headers, then RUN/OPEN payloads parsed into a run request, and the
+ * numbers of stream frames (CONNECT's port, WINDOW's credit). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,16 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
                         abort();
             }
             wire_free_run(&r);
+            free(payload);
+        } else if (h.type == CUBICLE_FRAME_CONNECT || h.type == CUBICLE_FRAME_WINDOW) {
+            unsigned char *payload = malloc(h.len ? h.len : 1);
+            uint64_t value = 0;
+            if (!payload)
+                abort();
+            memcpy(payload, data + off + CUBICLE_FRAME_HEADER_SIZE, h.len);
+            uint64_t max = h.type == CUBICLE_FRAME_CONNECT ? 65535 : CUBICLE_STREAM_WINDOW;
+            if (wire_parse_decimal(payload, h.len, max, &value) == 0 && value > max)
+                abort();
             free(payload);
         }
         off += CUBICLE_FRAME_HEADER_SIZE + h.len;

@@ -1,0 +1,237 @@
+#include "sandbox/previews.hpp"
+
+#include <set>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+#include "common/errors.hpp"
+#include "common/log.hpp"
+#include "sandbox/sandbox.hpp"
+
+namespace cubicle::sandbox {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace asio::experimental::awaitable_operators;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+// Acknowledging at once (set again after every read: the kernel clears it) keeps a client
+// that writes a request in two pieces from waiting out a delayed ACK under Nagle's rule.
+using quick_ack = asio::detail::socket_option::boolean<IPPROTO_TCP, TCP_QUICKACK>;
+constexpr std::size_t relay_buffer = 64 * 1024;
+// Connections at once per exposed port; the agent holds a socket for each.
+constexpr std::size_t max_connections = 256;
+// How long a refused client may take to read its 502 before the socket closes.
+constexpr auto refusal_linger = std::chrono::seconds(2);
+
+void log_failure(std::exception_ptr e) {
+    if (!e) return;
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& error) {
+        log::warning("port relay: {}", error.what());
+    }
+}
+
+} // namespace
+
+// One client connection and the stream it is relayed to.
+namespace {
+struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+    tcp::socket socket;
+    std::shared_ptr<AgentStream> stream;
+    bool closed = false;
+    void close() {
+        closed = true;
+        boost::system::error_code ec;
+        socket.close(ec);
+        if (stream) stream->abort("the port was closed");
+    }
+};
+
+} // namespace
+
+struct Previews::Listener {
+    explicit Listener(asio::any_io_executor executor) : acceptor(executor) {}
+    tcp::acceptor acceptor;
+    unsigned short port = 0;
+    std::weak_ptr<Sandbox> box;
+    std::set<std::shared_ptr<Connection>> connections;
+    bool closed = false;
+    void close() {
+        closed = true;
+        boost::system::error_code ec;
+        acceptor.close(ec);
+        auto open = std::move(connections);
+        connections.clear();
+        for (const auto& connection : open) connection->close();
+    }
+};
+
+namespace {
+
+// Client → program, until the client's end (passed on as a half-close).
+asio::awaitable<void> upstream(std::shared_ptr<Connection> connection) {
+    std::string buffer(relay_buffer, '\0');
+    for (;;) {
+        auto [ec, n] = co_await connection->socket.async_read_some(asio::buffer(buffer), use_tuple);
+        if (ec == asio::error::eof) {
+            connection->stream->shutdown_write();
+            co_return;
+        }
+        if (ec) {
+            connection->stream->abort("the client's connection broke");
+            co_return;
+        }
+        boost::system::error_code ignored;
+        connection->socket.set_option(quick_ack(true), ignored);
+        bool written = co_await connection->stream->write(std::string_view(buffer.data(), n));
+        if (!written) co_return;
+    }
+}
+
+// Program → client, until the program's end; a broken stream breaks the connection.
+asio::awaitable<void> downstream(std::shared_ptr<Connection> connection) {
+    std::string buffer(relay_buffer, '\0');
+    boost::system::error_code ignored;
+    for (;;) {
+        std::size_t n = co_await connection->stream->read_some(buffer.data(), buffer.size());
+        if (n == 0) {
+            if (connection->stream->error().empty()) {
+                connection->socket.shutdown(tcp::socket::shutdown_send, ignored);
+            } else {
+                connection->socket.close(ignored);
+            }
+            co_return;
+        }
+        auto [ec, written] = co_await asio::async_write(connection->socket, asio::buffer(buffer.data(), n), use_tuple);
+        if (ec) {
+            connection->stream->abort("the client went away");
+            co_return;
+        }
+    }
+}
+
+// Nothing to relay to: a short 502 the client can read before the socket closes.
+asio::awaitable<void> refuse(std::shared_ptr<Connection> connection, std::string why) {
+    auto body = fmt::format("cubicle: the sandbox's port cannot be reached: {}\n", why);
+    auto response = fmt::format("HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                                "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+                                body.size(), body);
+    co_await asio::async_write(connection->socket, asio::buffer(response), use_tuple);
+    boost::system::error_code ignored;
+    connection->socket.shutdown(tcp::socket::shutdown_send, ignored);
+    // Read what the client still sends: closing with unread bytes would reset the
+    // connection and could discard the answer before the client read it.
+    asio::steady_timer linger(connection->socket.get_executor());
+    linger.expires_after(refusal_linger);
+    std::string sink(4096, '\0');
+    for (;;) {
+        auto outcome = co_await (connection->socket.async_read_some(asio::buffer(sink), use_tuple) || linger.async_wait(use_tuple));
+        if (outcome.index() == 1 || std::get<0>(std::get<0>(outcome))) break;
+    }
+    connection->socket.close(ignored);
+}
+
+asio::awaitable<void> relay(std::shared_ptr<Previews::Listener> listener, std::shared_ptr<Connection> connection) {
+    std::shared_ptr<AgentStream> stream;
+    std::string refusal = "the sandbox stopped";
+    if (auto box = listener->box.lock()) {
+        try {
+            stream = co_await box->open_stream(listener->port);
+        } catch (const ToolError& e) {
+            refusal = e.what();
+        }
+    }
+    if (!connection->closed) {
+        if (!stream) {
+            co_await refuse(connection, refusal);
+        } else {
+            connection->stream = stream;
+            co_await (upstream(connection) && downstream(connection));
+            connection->close();
+        }
+    }
+    listener->connections.erase(connection);
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<Previews::Listener> listener) {
+    auto executor = co_await asio::this_coro::executor;
+    while (!listener->closed) {
+        auto [ec, socket] = co_await listener->acceptor.async_accept(use_tuple);
+        if (listener->closed) co_return;
+        if (ec) {  // out of descriptors, say: try again shortly
+            asio::steady_timer pause(executor, std::chrono::milliseconds(100));
+            co_await pause.async_wait(use_tuple);
+            continue;
+        }
+        if (listener->connections.size() >= max_connections) continue;  // the socket closes as it goes
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        auto connection = std::make_shared<Connection>(std::move(socket));
+        listener->connections.insert(connection);
+        asio::co_spawn(executor, relay(listener, connection), log_failure);
+    }
+}
+
+} // namespace
+
+Previews::~Previews() { close_all(); }
+
+unsigned short Previews::expose(std::weak_ptr<Sandbox> box, unsigned short port, std::size_t limit) {
+    if (auto it = listeners_.find(port); it != listeners_.end()) return it->second->acceptor.local_endpoint().port();
+    if (listeners_.size() >= limit) {
+        std::string ports;
+        for (const auto& [exposed, listener] : listeners_) ports += (ports.empty() ? "" : ", ") + std::to_string(exposed);
+        throw ToolError(fmt::format("this sandbox already exposes its maximum of {} ports ({}); close one with unexpose_port first",
+                                    limit, ports));
+    }
+    auto listener = std::make_shared<Listener>(executor_);
+    listener->port = port;
+    listener->box = std::move(box);
+    boost::system::error_code ec;
+    // Loopback only, never 0.0.0.0: other machines must not reach a sandbox's servers.
+    tcp::endpoint endpoint(asio::ip::address_v4::loopback(), 0);
+    listener->acceptor.open(endpoint.protocol(), ec);
+    if (!ec) listener->acceptor.bind(endpoint, ec);
+    if (!ec) listener->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw ToolError(fmt::format("cannot listen on the host's loopback for port {}: {}", port, ec.message()));
+    listeners_[port] = listener;
+    asio::co_spawn(executor_, accept_loop(listener), log_failure);
+    return listener->acceptor.local_endpoint().port();
+}
+
+bool Previews::unexpose(unsigned short port) {
+    auto it = listeners_.find(port);
+    if (it == listeners_.end()) return false;
+    it->second->close();
+    listeners_.erase(it);
+    return true;
+}
+
+std::map<unsigned short, unsigned short> Previews::exposed() const {
+    std::map<unsigned short, unsigned short> ports;
+    boost::system::error_code ec;
+    for (const auto& [port, listener] : listeners_) ports[port] = listener->acceptor.local_endpoint(ec).port();
+    return ports;
+}
+
+void Previews::close_all() {
+    auto listeners = std::move(listeners_);
+    listeners_.clear();
+    for (auto& [port, listener] : listeners) listener->close();
+}
+
+} // namespace cubicle::sandbox
