@@ -70,6 +70,7 @@
 #include "textfile.h"
 #include "proxy.h"
 #include "reset.h"
+#include "search.h"
 #include "streams.h"
 #include "wire.h"
 #include "zygote.h"
@@ -433,30 +434,15 @@ static void child_fail(int fd, int stage)
     _exit(127);
 }
 
-/* Every fd >= 3 made close-on-exec, so nothing of ours leaks into the child
- * while the error pipe stays usable until exec succeeds; or closed, as exec
- * would close them, for a builtin that runs without one (otherwise it would
- * hold, among others, the write end of its own stdin and never see its end). */
-static void fds_from_3(int close_them)
+/* Make every fd >= 3 close on exec, so nothing of ours leaks into the child
+ * while the error pipe stays usable until exec succeeds. */
+static void cloexec_from_3(void)
 {
-#if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
-    if (syscall(SYS_close_range, 3U, ~0U, close_them ? 0U : (unsigned)CLOSE_RANGE_CLOEXEC) == 0)
-        return;
-#endif
-    struct rlimit rl;
-    long max = 65536;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
-        max = (long)rl.rlim_cur;
-    for (int fd = 3; fd < max; fd++) {
-        if (close_them)
-            close(fd);
-        else
-            fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
+    fds_range(3, ~0U, 0);
 }
 
 /* Give an OPEN child its control pipe as fd 3, the only fd above 2 that
- * survives exec.  Runs after fds_from_3(0), so every other fd is CLOEXEC. */
+ * survives exec.  Runs after cloexec_from_3, so every other fd is CLOEXEC. */
 static void install_control_fd(int ctl_w, int *ep)
 {
     if (*ep == CONTROL_FD) {   /* keep the error pipe from being clobbered */
@@ -478,6 +464,8 @@ static builtin_fn builtin_named(const char *argv0)
         return changed_files_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REMOVE) == 0)
         return remove_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_SEARCH) == 0)
+        return search_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_READ_FILE) == 0)
         return read_file_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REPLACE_FILE) == 0)
@@ -510,7 +498,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
 
     if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
         child_fail(ep, STAGE_SETUP);
-    fds_from_3(0);
+    cloexec_from_3();
     if (ctl_w >= 0)
         install_control_fd(ctl_w, &ep);
     /* When the sandbox runs out of memory the kernel must pick the program,
@@ -532,7 +520,7 @@ static void run_child(const struct run_req *r, int in_r, int out_w, int err_w, i
         int argc = 0;
         while (r->argv[argc])
             argc++;
-        fds_from_3(1);   /* closes ep too: "it runs", the agent stops waiting for an exec */
+        paths_close_others();   /* closes ep too: "it runs", the agent stops waiting for an exec */
         _exit(builtin(argc, r->argv));
     }
     execvp(r->argv[0], r->argv);

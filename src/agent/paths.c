@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAX_OPENED 64
@@ -127,4 +129,43 @@ DIR *opendir_at(const char *path)
     if (!d && fd >= 0)
         close(fd);
     return d;
+}
+
+void fds_range(unsigned from, unsigned to, int close_them)
+{
+#if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
+    if (syscall(SYS_close_range, from, to, close_them ? 0U : (unsigned)CLOSE_RANGE_CLOEXEC) == 0)
+        return;
+#endif
+    struct rlimit rl;
+    unsigned max = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
+        max = (unsigned)rl.rlim_cur;
+    for (unsigned fd = from; fd <= to && fd < max; fd++) {
+        if (close_them)
+            close((int)fd);
+        else
+            fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    }
+}
+
+static int by_number(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+void paths_close_others(void)
+{
+    int keep[MAX_OPENED];
+    for (size_t i = 0; i < n_opened; i++)
+        keep[i] = opened[i].fd;
+    qsort(keep, n_opened, sizeof keep[0], by_number);
+    unsigned from = 3;
+    for (size_t i = 0; i < n_opened; i++) {
+        if ((unsigned)keep[i] > from)
+            fds_range(from, (unsigned)keep[i] - 1, 1);
+        if ((unsigned)keep[i] + 1 > from)
+            from = (unsigned)keep[i] + 1;
+    }
+    fds_range(from, ~0U, 1);
 }

@@ -28,6 +28,15 @@ void paths_init(void);
  * else AT_FDCWD with *rest the path itself.  For the *at calls. */
 int path_at(const char *path, const char **rest);
 
+/* What exec does with the agent's descriptors, for a builtin that runs
+ * without one: every fd >= 3 closed (otherwise it would hold, among others,
+ * the write end of its own stdin and never see its end) but the mount
+ * points' above, which it goes on using. */
+void paths_close_others(void);
+
+/* fds from..to (inclusive) closed, or made close-on-exec. */
+void fds_range(unsigned from, unsigned to, int close_them);
+
 /* open(path, flags, mode) and chdir(path), from the mount point's
  * descriptor when there is one. */
 int open_at(const char *path, int flags, mode_t mode);

@@ -47,9 +47,10 @@
 #define CUBICLE_AGENT_CHANNEL "/run/cubicle/agent.sock"
 /* A RUN (or FORK) whose argv[0] is one of these runs the agent's own code in
  * the forked child instead of exec'ing a program: the changed-files listing
- * (changed.h), a recursive removal (remove.h) */
+ * (changed.h), a recursive removal (remove.h) or search_files (search.h) */
 #define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
 #define CUBICLE_BUILTIN_REMOVE "cubicle-agent:remove"
+#define CUBICLE_BUILTIN_SEARCH "cubicle-agent:search"
 /* ... and the two halves of edit_file (textfile.h) */
 #define CUBICLE_BUILTIN_READ_FILE "cubicle-agent:read-file"
 #define CUBICLE_BUILTIN_REPLACE_FILE "cubicle-agent:replace-file"

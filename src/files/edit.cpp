@@ -15,6 +15,7 @@ namespace {
 constexpr std::size_t context_lines = 3;
 constexpr std::size_t max_listed_lines = 8;  // line numbers named in an error
 constexpr std::size_t max_diff_bytes = 8 * 1024;
+constexpr std::size_t max_window_bytes = 64 * 1024;  // the diff stops at a window this large
 
 std::string latin1_to_utf8(std::string_view bytes) {
     std::string out;
@@ -99,12 +100,23 @@ struct Lines {
     }
 };
 
-std::string line_list(const Lines& lines, const std::vector<std::size_t>& offsets) {
-    std::string out;
-    for (std::size_t i = 0; i < offsets.size() && i < max_listed_lines; ++i) {
-        out += fmt::format("{}{}", i ? ", " : "", lines.of(offsets[i]) + 1);
+// 1-based line numbers of the first `most` of `offsets` (ascending): one pass
+// over the text up to the last of them, nothing kept per line.
+std::vector<std::size_t> line_numbers(std::string_view text, const std::vector<std::size_t>& offsets, std::size_t most) {
+    std::vector<std::size_t> numbers;
+    std::size_t line = 1, counted = 0;
+    for (std::size_t i = 0; i < offsets.size() && i < most; ++i) {
+        line += static_cast<std::size_t>(std::count(text.begin() + counted, text.begin() + offsets[i], '\n'));
+        counted = offsets[i];
+        numbers.push_back(line);
     }
-    if (offsets.size() > max_listed_lines) out += ", …";
+    return numbers;
+}
+
+std::string line_list(const std::vector<std::size_t>& numbers, std::size_t total) {
+    std::string out;
+    for (std::size_t i = 0; i < numbers.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", numbers[i]);
+    if (total > numbers.size()) out += ", …";
     return out;
 }
 
@@ -116,7 +128,7 @@ std::string_view trim(std::string_view s) {
 
 // Where old_text's first non-blank line appears with other indentation or
 // spacing: a hint for a model whose old_text was almost right.
-std::string near_misses(const Lines& lines, std::string_view old_text) {
+std::string near_misses(std::string_view text, std::string_view old_text) {
     std::string_view first;
     for (std::size_t pos = 0; pos < old_text.size() && first.empty();) {
         auto end = old_text.find('\n', pos);
@@ -126,12 +138,16 @@ std::string near_misses(const Lines& lines, std::string_view old_text) {
     }
     if (first.empty()) return {};
     std::vector<std::size_t> found;
-    for (std::size_t i = 0; i < lines.text.size(); ++i) {
-        if (trim(lines.text[i]) == first) found.push_back(lines.start[i]);
+    std::size_t line = 1, total = 0;
+    for (std::size_t pos = 0; pos < text.size(); ++line) {
+        auto end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        if (trim(text.substr(pos, end - pos)) == first && total++ < max_listed_lines) found.push_back(line);
+        pos = end + 1;
     }
     if (found.empty()) return {};
     return fmt::format("; its first line, apart from spacing, is on line{} {} — compare the indentation and the lines after it",
-                       found.size() == 1 ? "" : "s", line_list(lines, found));
+                       total == 1 ? "" : "s", line_list(found, total));
 }
 
 // One replaced region, as line ranges [old_begin, old_end) and [new_begin, new_end).
@@ -159,8 +175,11 @@ std::string hunk_range(std::size_t begin, std::size_t count) {
     return fmt::format("{},{}", begin + 1, count);
 }
 
-std::string unified_diff(std::string_view path, const Lines& before, const Lines& after, const std::vector<Block>& blocks) {
-    std::string out = fmt::format("--- a/{0}\n+++ b/{0}\n", path);
+// The hunks of `blocks` (line ranges of the two windows), whose first lines
+// are lines old_base + 1 and new_base + 1 of the files. False once the diff
+// is over its size: it ends there.
+bool append_hunks(std::string& out, const Lines& before, const Lines& after, const std::vector<Block>& blocks, std::size_t old_base,
+                  std::size_t new_base) {
     std::size_t i = 0;
     while (i < blocks.size()) {
         // Blocks whose context touches are one hunk.
@@ -170,7 +189,8 @@ std::string unified_diff(std::string_view path, const Lines& before, const Lines
         std::size_t old_to = std::min(before.text.size(), blocks[j].old_end + context_lines);
         std::size_t new_from = blocks[i].new_begin - (blocks[i].old_begin - old_from);
         std::size_t new_to = blocks[j].new_end + (old_to - blocks[j].old_end);
-        out += fmt::format("@@ -{} +{} @@\n", hunk_range(old_from, old_to - old_from), hunk_range(new_from, new_to - new_from));
+        out += fmt::format("@@ -{} +{} @@\n", hunk_range(old_base + old_from, old_to - old_from),
+                           hunk_range(new_base + new_from, new_to - new_from));
         std::size_t pos = old_from;
         for (std::size_t k = i; k <= j; ++k) {
             for (; pos < blocks[k].old_begin; ++pos) diff_line(out, ' ', before.text[pos]);
@@ -179,15 +199,10 @@ std::string unified_diff(std::string_view path, const Lines& before, const Lines
             pos = blocks[k].old_end;
         }
         for (; pos < old_to; ++pos) diff_line(out, ' ', before.text[pos]);
-        if (out.size() > max_diff_bytes) {
-            out.resize(max_diff_bytes);
-            out.resize(out.rfind('\n') + 1);
-            out += fmt::format("… (the diff goes on; {} replacements in all)\n", blocks.size());
-            break;
-        }
+        if (out.size() > max_diff_bytes) return false;
         i = j + 1;
     }
-    return out;
+    return true;
 }
 
 // The lines a replacement touched: from the line of its start to the line of
@@ -211,9 +226,90 @@ Block changed_lines(const Lines& before, const Lines& after, std::size_t old_at,
     return b;
 }
 
+// Where a window around a replacement starts: `lines` lines above the line of `at`.
+std::size_t lines_above(std::string_view text, std::size_t at, std::size_t lines) {
+    auto nl = at == 0 ? std::string_view::npos : text.rfind('\n', at - 1);
+    std::size_t start = nl == std::string_view::npos ? 0 : nl + 1;
+    for (std::size_t n = 0; n < lines && start > 0; ++n) {
+        nl = start >= 2 ? text.rfind('\n', start - 2) : std::string_view::npos;
+        start = nl == std::string_view::npos ? 0 : nl + 1;
+    }
+    return start;
+}
+
+// Where it ends: after the line of `at` and `lines` more.
+std::size_t lines_below(std::string_view text, std::size_t at, std::size_t lines) {
+    std::size_t end = at;
+    for (std::size_t n = 0; n <= lines && end < text.size(); ++n) {
+        auto nl = text.find('\n', end);
+        end = nl == std::string_view::npos ? text.size() : nl + 1;
+    }
+    return end;
+}
+
+// The unified diff of the replacements at `found`, made window by window (the
+// lines around a group of replacements near each other) so that a file of any
+// size costs the memory of what is shown; it ends at max_diff_bytes.
+std::string diff_of(std::string_view path, std::string_view text, const std::vector<std::size_t>& found, std::string_view old_text,
+                    std::string_view new_text) {
+    std::string out = fmt::format("--- a/{0}\n+++ b/{0}\n", path);
+    auto newlines = [](std::string_view s) { return static_cast<std::ptrdiff_t>(std::count(s.begin(), s.end(), '\n')); };
+    std::ptrdiff_t line_shift = 0;  // lines the replacements before this window added
+    std::size_t old_base = 0, counted = 0;
+    for (std::size_t i = 0; i < found.size();) {
+        auto begin = lines_above(text, found[i], context_lines);
+        auto end = lines_below(text, found[i] + old_text.size(), context_lines);
+        std::size_t j = i + 1;
+        bool cut = false;  // replacements so close together and so many that the diff would be over its size anyway
+        while (j < found.size() && lines_above(text, found[j], context_lines) <= end) {
+            if ((cut = end - begin >= max_window_bytes)) break;
+            end = std::max(end, lines_below(text, found[j] + old_text.size(), context_lines));
+            ++j;
+        }
+        old_base += static_cast<std::size_t>(std::count(text.begin() + counted, text.begin() + begin, '\n'));
+        counted = begin;
+        auto window = text.substr(begin, end - begin);
+        std::string replaced;
+        std::vector<std::size_t> at, new_at;
+        std::size_t pos = 0;
+        for (auto k = i; k < j; ++k) {
+            auto local = found[k] - begin;
+            replaced.append(window.substr(pos, local - pos));
+            at.push_back(local);
+            new_at.push_back(replaced.size());
+            replaced += new_text;
+            pos = local + old_text.size();
+        }
+        replaced.append(window.substr(pos));
+        Lines before(window), after(replaced);
+        std::vector<Block> blocks;
+        for (std::size_t k = 0; k < at.size(); ++k) {
+            auto block = changed_lines(before, after, at[k], old_text.size(), new_at[k], new_text.size());
+            if (!blocks.empty() && block.old_begin < blocks.back().old_end) {  // two replacements on one line
+                blocks.back().old_end = std::max(blocks.back().old_end, block.old_end);
+                blocks.back().new_end = std::max(blocks.back().new_end, block.new_end);
+            } else {
+                blocks.push_back(block);
+            }
+        }
+        auto new_base = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(old_base) + line_shift);
+        if (!append_hunks(out, before, after, blocks, old_base, new_base) || cut) {
+            if (out.size() > max_diff_bytes) {
+                out.resize(max_diff_bytes);
+                out.resize(out.rfind('\n') + 1);
+            }
+            out += fmt::format("… (the diff goes on; {} replacements in all)\n", found.size());
+            break;
+        }
+        line_shift += static_cast<std::ptrdiff_t>(j - i) * (newlines(new_text) - newlines(old_text));
+        i = j;
+    }
+    return out;
+}
+
 } // namespace
 
-EditOutcome apply_edit(std::string_view path, std::string_view content, const Edit& edit) {
+EditOutcome apply_edit(std::string_view path, std::string_view content, const Edit& edit, std::uint64_t max_bytes) {
     if (edit.old_text.empty()) throw ToolError("old_text is empty; give the exact text to replace (write_file writes a whole file)");
     if (edit.old_text == edit.new_text) throw ToolError("old_text and new_text are the same; there is nothing to change");
     if (content.find('\0') != std::string_view::npos) throw ToolError(fmt::format("{} is a binary file; edit_file edits text", path));
@@ -231,41 +327,34 @@ EditOutcome apply_edit(std::string_view path, std::string_view content, const Ed
     std::string old_text = crlf ? to_crlf(edit.old_text) : edit.old_text;
     std::string new_text = crlf ? to_crlf(edit.new_text) : edit.new_text;
 
-    Lines before(text);
     auto found = occurrences(text, old_text);
-    if (found.empty()) throw ToolError(fmt::format("old_text was not found in {}{}", path, near_misses(before, edit.old_text)));
+    if (found.empty()) throw ToolError(fmt::format("old_text was not found in {}{}", path, near_misses(text, edit.old_text)));
+    auto lines = line_numbers(text, found, max_listed_lines);
     if (found.size() > 1 && !edit.replace_all) {
         throw ToolError(fmt::format("old_text occurs {} times in {} (lines {}); include more of the surrounding text to pick one, "
                                     "or set replace_all",
-                                    found.size(), path, line_list(before, found)));
+                                    found.size(), path, line_list(lines, found.size())));
     }
+    // Refused before anything is built: a short old_text replaced everywhere by a
+    // long new_text can ask for far more than the file.
+    auto grows = new_text.size() > old_text.size() ? new_text.size() - old_text.size() : 0;
+    auto shrinks = old_text.size() - std::min(old_text.size(), new_text.size());
+    if (grows && found.size() > (max_bytes - std::min(max_bytes, text.size() - found.size() * shrinks)) / grows)
+        throw ToolError(fmt::format("the edited file would be larger than the limit of {} bytes", max_bytes));
 
     std::string result;
-    result.reserve(text.size() + found.size() * new_text.size());
-    std::vector<std::size_t> new_at;
+    result.reserve(text.size() + found.size() * grows);
     std::size_t pos = 0;
     for (auto at : found) {
         result.append(text.substr(pos, at - pos));
-        new_at.push_back(result.size());
         result += new_text;
         pos = at + old_text.size();
     }
     result.append(text.substr(pos));
 
-    Lines after(result);
-    std::vector<Block> blocks;
-    for (std::size_t i = 0; i < found.size(); ++i) {
-        auto block = changed_lines(before, after, found[i], old_text.size(), new_at[i], new_text.size());
-        if (!blocks.empty() && block.old_begin < blocks.back().old_end) {  // two replacements on one line
-            blocks.back().old_end = std::max(blocks.back().old_end, block.old_end);
-            blocks.back().new_end = std::max(blocks.back().new_end, block.new_end);
-        } else {
-            blocks.push_back(block);
-        }
-    }
-    outcome.diff = unified_diff(path, before, after, blocks);
+    outcome.diff = diff_of(path, text, found, old_text, new_text);
     outcome.replacements = found.size();
-    outcome.first_line = before.of(found.front()) + 1;
+    outcome.first_line = lines.front();
     if (utf8) {
         outcome.content = std::move(result);
     } else {

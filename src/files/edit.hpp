@@ -28,7 +28,9 @@ struct EditOutcome {
 // Applies `edit` to `content` (a file named `path`, for messages and the diff).
 // Throws ToolError when old_text is empty, equals new_text, occurs nowhere or
 // (without replace_all) several times — saying how often and on which lines —
-// when the file is binary, or when new_text cannot be written in a Latin-1 file.
-EditOutcome apply_edit(std::string_view path, std::string_view content, const Edit& edit);
+// when the file is binary, when new_text cannot be written in a Latin-1 file,
+// or when the result would be over max_bytes (refused before it is built).
+// Memory: the file, the result and the lines around what the diff shows.
+EditOutcome apply_edit(std::string_view path, std::string_view content, const Edit& edit, std::uint64_t max_bytes);
 
 } // namespace cubicle::files

@@ -19,9 +19,10 @@ enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
 constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
 constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
 // argv[0] of the runs the agent serves itself (agent/changed.h, agent/remove.h,
-// agent/textfile.h).
+// agent/search.h, agent/textfile.h).
 constexpr std::string_view builtin_changed_files = CUBICLE_BUILTIN_CHANGED_FILES;
 constexpr std::string_view builtin_remove = CUBICLE_BUILTIN_REMOVE;
+constexpr std::string_view builtin_search = CUBICLE_BUILTIN_SEARCH;
 constexpr std::string_view builtin_read_file = CUBICLE_BUILTIN_READ_FILE;
 constexpr std::string_view builtin_replace_file = CUBICLE_BUILTIN_REPLACE_FILE;
 

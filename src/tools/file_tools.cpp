@@ -272,12 +272,19 @@ asio::awaitable<ToolResult> read_file(Env env, simdjson::dom::element arguments,
 
     // What is sent stays within one message whatever max_bytes said: base64 takes
     // 4 bytes per 3, escaped text up to 6 per byte.
+    auto read_size = data.size();
     bool as_base64 = encoding == "base64" || !is_text(data);
     if (as_base64 && data.size() > max_output_encoded / 4 * 3) {
         data.resize(max_output_encoded / 4 * 3);
         truncated = true;
     } else if (!as_base64 && cut_to_encoded(data, max_output_encoded)) {
         truncated = true;
+    }
+    // Lines cut to fit the message end at the last whole line, which end_line names.
+    if (by_lines && data.size() < read_size) {
+        auto newline = data.rfind('\n');
+        if (newline != std::string::npos) data.resize(newline + 1);
+        lines.last = lines.first + static_cast<std::uint64_t>(std::count(data.begin(), data.end(), '\n')) - 1;
     }
     json::Writer w;
     w.begin_object().field("path", path).field("size", part.size);
@@ -359,9 +366,7 @@ asio::awaitable<ToolResult> edit_file(Env env, simdjson::dom::element arguments,
     files::Edit edit{args.required_string("old_text"), args.required_string("new_text"), args.boolean("replace_all").value_or(false)};
     auto limit = transfer_limits(env.config).max_bytes;
     auto file = co_await read_for_edit(box, path, limit);
-    auto outcome = files::apply_edit(path, file.content, edit);
-    if (outcome.content.size() > limit)
-        throw ToolError(fmt::format("the edited file would be {} bytes; the limit is {} bytes", outcome.content.size(), limit));
+    auto outcome = files::apply_edit(path, file.content, edit, limit);
     std::uint64_t bytes = outcome.content.size();
     co_await replace_after_edit(box, path, std::move(file.stamp), std::move(outcome.content));
     json::Writer w;

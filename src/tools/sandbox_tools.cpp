@@ -510,7 +510,8 @@ std::vector<mcp::Tool> tools_of(Env env) {
         {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
-    for (auto* more : {&run_handlers, &file_handlers, &project_handlers, &preview_handlers, &package_handlers, &language_handlers}) {
+    for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
+                       &language_handlers}) {
         for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
     }
     return catalogue_tools(env.config, std::move(handlers));

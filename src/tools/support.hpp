@@ -121,6 +121,9 @@ Handlers run_handlers(Env env);
 // The file tools (file_tools.cpp).
 Handlers file_handlers(Env env);
 
+// search_files (search_files.cpp).
+Handlers search_handlers(Env env);
+
 // A short shell script run in the workspace as the sandbox user ($1… are `args`),
 // its output collected; a failure becomes a ToolError with its stderr (file_tools.cpp).
 boost::asio::awaitable<sandbox::ExecResult> workspace_script(std::shared_ptr<sandbox::Sandbox> box, std::string script,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, BUILTIN_READ_FILE, BUILTIN_REPLACE_FILE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
+from agent_wire import (BUILTIN_CHANGED_FILES, BUILTIN_REMOVE, BUILTIN_SEARCH, BUILTIN_READ_FILE, BUILTIN_REPLACE_FILE, CONTROL, ERROR, EXIT, HDR, HELLO, KILL, MAX_PAYLOAD, OPEN, PING, PONG, RUN, RUN_MARKER,
                         STDERR, STDIN, STDOUT, encode_frame, encode_run)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -872,6 +872,77 @@ def test_changed_files_stops_at_its_count_and_refuses_bad_arguments(agent, tmp_p
     for fid, args in enumerate([[str(tmp_path), "0"], [str(tmp_path), "soon", "5"], [str(tmp_path), "0", "0"]], start=2):
         agent.run(fid, [BUILTIN_CHANGED_FILES, *args])
         assert agent.collect(fid).exit.code == 2, args
+
+
+def search_records(stdout):
+    """The search builtin's records (agent/search.h): [("m", fields...), ..., ("s", count, files, cut)]."""
+    fields = stdout.split(b"\0")
+    assert fields.pop() == b""
+    records = []
+    while fields:
+        kind = fields.pop(0).decode()
+        if kind == "s":
+            records.append(("s", *map(int, fields[:3])))
+            assert len(fields) == 3
+            break
+        path, line, column, text = fields[:4]
+        del fields[:4]
+        nbefore = int(fields.pop(0))
+        before = fields[:nbefore]
+        del fields[:nbefore]
+        nafter = int(fields.pop(0))
+        after = fields[:nafter]
+        del fields[:nafter]
+        records.append(("m", path.decode(), int(line), int(column), text, before, after))
+    return records
+
+
+def search(agent, fid, root, path, pattern, flags="", context=0, max_results=100, budget=1 << 20, globs=""):
+    agent.run(fid, [BUILTIN_SEARCH, str(root), path, pattern, flags, str(context), str(max_results), str(budget), globs])
+    return agent.collect(fid)
+
+
+def test_search_builtin_walks_matches_and_honours_gitignore(agent, tmp_path):
+    (tmp_path / "src" / "gen").mkdir(parents=True)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".cubicle").mkdir()
+    (tmp_path / "src/a.c").write_bytes(b"one\nfind_me here\nthree\n")
+    (tmp_path / "src/gen/.gitignore").write_bytes(b"*.c\n")
+    (tmp_path / "src/gen/x.c").write_bytes(b"find_me\n")
+    (tmp_path / ".gitignore").write_bytes(b"*.log\n!keep.log\n")
+    (tmp_path / "a.log").write_bytes(b"find_me\n")
+    (tmp_path / "keep.log").write_bytes(b"find_me\n")
+    (tmp_path / ".git/config").write_bytes(b"find_me\n")
+    (tmp_path / ".cubicle/out").write_bytes(b"find_me\n")
+    (tmp_path / "bin").write_bytes(b"find_me\0")
+    (tmp_path / "link").symlink_to(tmp_path / "src")
+    r = search(agent, 1, tmp_path, ".", r"find_\w+", context=1)
+    assert r.exit.code == 0, r.stderr
+    assert search_records(r.stdout) == [
+        ("m", "keep.log", 1, 1, b"find_me", [], []),
+        ("m", "src/a.c", 2, 1, b"find_me here", [b"one"], [b"three"]),
+        ("s", 2, 4, 0),   # keep.log, .gitignore, src/a.c, src/gen/.gitignore
+    ]
+
+
+def test_search_builtin_counts_past_its_limits(agent, tmp_path):
+    (tmp_path / "f").write_bytes(b"hit\n" * 1000)
+    records = search_records(search(agent, 1, tmp_path, "f", "hit", max_results=3).stdout)
+    assert len(records) == 4 and records[-1] == ("s", 1000, 1, 1)
+    records = search_records(search(agent, 2, tmp_path, ".", "HIT", flags="iF", budget=100).stdout)
+    assert 1 <= len(records) - 1 < 20 and records[-1] == ("s", 1000, 1, 1)
+
+
+def test_search_builtin_refuses_links_and_bad_patterns(agent, tmp_path):
+    (tmp_path / "link").symlink_to("/etc")
+    r = search(agent, 1, tmp_path, "link/passwd", "root")
+    assert r.exit.code == 2 and b"symbolic link" in r.stderr
+    r = search(agent, 2, tmp_path, ".", "a(b")
+    assert r.exit.code == 2 and r.stderr.startswith(b"bad pattern: "), r.stderr
+    r = search(agent, 3, tmp_path, "nothing", "x")
+    assert r.exit.code == 2 and b"no such file" in r.stderr
+    agent.run(4, [BUILTIN_SEARCH, str(tmp_path), ".", "x"])
+    assert agent.collect(4).exit.code == 2
 
 
 # ---------------------------------------------------------------------------

@@ -320,6 +320,10 @@ async def test_every_tool(sdk, host_dir):
     assert read["content"] == "héllo\n"
     listing = await call("list_files", {"sandbox_id": sid, "recursive": True})
     assert any(e["path"].endswith("a.txt") for e in listing["entries"]), listing
+    found = await call("search_files", {"sandbox_id": sid, "pattern": "h.llo", "context_lines": 1})
+    assert [(m["path"], m["line"]) for m in found["matches"]] == [("d/a.txt", 1)], found
+    for old_text, new_text in (("héllo", "hullo"), ("hullo", "héllo")):
+        await call("edit_file", {"sandbox_id": sid, "path": "d/a.txt", "old_text": old_text, "new_text": new_text})
     await call("upload_file", {"sandbox_id": sid, "host_path": str(host_dir / "project")})
     opened = await call("open_project", {"sandbox_id": sid, "host_path": str(host_dir / "project"), "path": "opened"})
     assert opened["files"] == 1, opened

@@ -165,3 +165,13 @@ async def test_without_the_agent_the_same(sandbox_image):
             assert (sc["content"], sc["end_line"], sc["total_lines"]) == ("    return 3.14 * r * r\n", 2, 6)
             await srv.sh(sid, "ln -sf /etc/passwd out")
             assert "outside the workspace" in await edit_error(srv, sid, "out", "root", "x")
+
+
+async def test_line_ranges_cut_to_fit_a_message_end_at_a_whole_line(srv, sandbox):
+    sid = sandbox["sandbox_id"]
+    # 4 MB of text in lines of 1000 bytes: more than one message carries.
+    await srv.sh(sid, "python3 -c \"open('wide.txt','w').write(''.join(f'{i:09d}' + 'x' * 990 + '\\n' for i in range(4000)))\"")
+    sc = await srv.ok("read_file", {"sandbox_id": sid, "path": "wide.txt", "start_line": 1, "max_bytes": 8 << 20})
+    assert sc["truncated"] is True and sc["content"].endswith("\n")
+    assert sc["content"].count("\n") == sc["end_line"] and sc["end_line"] < 4000
+    assert sc["content"].splitlines()[-1].startswith(f"{sc['end_line'] - 1:09d}")

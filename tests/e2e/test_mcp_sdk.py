@@ -519,7 +519,7 @@ async def test_default_tool_groups_and_a_left_out_tool_is_unknown(sandbox_image)
         assert errors[0] == errors[1], errors
     async with start_server("--tools", "files,host", tag="e2e-chosen-tools") as s:
         listed = {t.name for t in (await s.session.list_tools()).tools}
-        assert listed == {"write_file", "read_file", "list_files", "clean_workspace", "upload_file", "download_file"}
+        assert listed == {"write_file", "read_file", "edit_file", "list_files", "search_files", "clean_workspace", "upload_file", "download_file"}
 
 
 @pytest.mark.parametrize("env", [[{"name": "GREETING", "value": "hello there"}, {"name": "B", "value": ""}],

@@ -6,11 +6,13 @@
 #include "common/errors.hpp"
 #include "files/edit.hpp"
 
+#include <fmt/format.h>
+
 namespace cubicle::files {
 namespace {
 
 EditOutcome edit(std::string_view content, std::string old_text, std::string new_text, bool all = false) {
-    return apply_edit("f.txt", content, Edit{std::move(old_text), std::move(new_text), all});
+    return apply_edit("f.txt", content, Edit{std::move(old_text), std::move(new_text), all}, 64u << 20);
 }
 
 std::string error_of(std::string_view content, std::string old_text, std::string new_text, bool all = false) {
@@ -110,6 +112,40 @@ TEST(Edit, ALargeFile) {
     auto out = edit(content, "needle", "pin");
     EXPECT_EQ(out.content.size(), content.size() - 3);
     EXPECT_LT(out.diff.size(), 1000u);
+}
+
+TEST(Edit, AGrowingReplaceAllIsRefusedBeforeItIsBuilt) {
+    std::string content(10u << 20, 'x');
+    std::string big(10 * 1024, 'y');
+    try {
+        apply_edit("f.txt", content, Edit{"x", big, true}, 64u << 20);
+        FAIL() << "no error";
+    } catch (const ToolError& e) {
+        EXPECT_NE(std::string(e.what()).find("larger than the limit"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Edit, AFileOfNewlinesCostsNoLineIndex) {
+    // 64 MiB of empty lines: the diff's windows are a few lines; the numbers are counted, not kept.
+    std::string content(64u << 20, '\n');
+    content += "end\n";
+    auto out = edit(content, "end", "END");
+    EXPECT_EQ(out.first_line, (64u << 20) + 1);
+    EXPECT_NE(out.diff.find(fmt::format("@@ -{},4 +{},4 @@", (64u << 20) - 2, (64u << 20) - 2)), std::string::npos) << out.diff;
+}
+
+TEST(Edit, LineNumbersFollowTheShiftOfEarlierReplacements) {
+    std::string content;
+    for (int i = 1; i <= 40; ++i) content += (i % 10 == 0 ? "hit" : std::to_string(i)) + "\n";
+    auto out = edit(content, "hit\n", "a\nb\n", true);
+    // Lines 10, 20, 30, 40: each window alone; every later hunk one line further down in the new file.
+    EXPECT_NE(out.diff.find("@@ -7,7 +7,8 @@"), std::string::npos) << out.diff;
+    EXPECT_NE(out.diff.find("@@ -17,7 +18,8 @@"), std::string::npos) << out.diff;
+    EXPECT_NE(out.diff.find("@@ -37,4 +40,5 @@"), std::string::npos) << out.diff;
+    // Closer together, their context touches: one hunk.
+    auto near = edit("1\n2\nhit\n4\n5\n6\n7\nhit\n9\n10\n11\n12\n", "hit\n", "x\n", true);
+    EXPECT_NE(near.diff.find("@@ -1,11 +1,11 @@\n 1\n 2\n-hit\n+x\n 4\n 5\n 6\n 7\n-hit\n+x\n 9\n 10\n 11\n"), std::string::npos)
+        << near.diff;
 }
 
 } // namespace

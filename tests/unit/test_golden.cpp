@@ -206,7 +206,7 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
                                                "stop_sandbox", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file", "list_files",
-                                               "upload_file", "download_file", "clean_workspace", "open_project", "diff_project",
+                                               "search_files", "upload_file", "download_file", "clean_workspace", "open_project", "diff_project",
                                                "apply_project", "expose_port", "unexpose_port", "install_package", "list_languages"}));
 }
 
@@ -221,7 +221,7 @@ std::vector<std::string> tool_names(const Config& config) {
 TEST(Golden, DefaultSetIsRunFilesAndRuns) {
     const std::vector<std::string> basic{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
                                          "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file",
-                                         "list_files", "clean_workspace", "expose_port", "unexpose_port", "list_languages"};
+                                         "list_files", "search_files", "clean_workspace", "expose_port", "unexpose_port", "list_languages"};
     EXPECT_EQ(tool_names(Config{}), basic);
     // The host and packages tools join the default set where the operator allowed what they need.
     Config with_host;
@@ -241,7 +241,7 @@ TEST(Golden, ChosenGroupsOnly) {
     Config config;
     config.tool_groups = {"files", "packages"};
     config.allow_host_dirs = {"/tmp"};  // --tools wins over the default set's additions
-    EXPECT_EQ(tool_names(config), (std::vector<std::string>{"write_file", "read_file", "edit_file", "list_files", "clean_workspace", "install_package"}));
+    EXPECT_EQ(tool_names(config), (std::vector<std::string>{"write_file", "read_file", "edit_file", "list_files", "search_files", "clean_workspace", "install_package"}));
 }
 
 TEST(Golden, PlaceholdersFilledFromConfig) {
