@@ -6,7 +6,7 @@ image: cubicle/server:latest
 description: the cubicle MCP server (stdio), talking to the Docker socket mounted at /var/run/docker.sock
 languages: bash
 packages:
-    libfmt9 libsimdjson14 libboost-filesystem1.81.0 libstdc++6 ca-certificates
+    libfmt9 libsimdjson14 libboost-filesystem1.81.0 libgit2-1.5 libstdc++6 ca-certificates
 binary: /usr/local/bin/cubicle
 entrypoint: /usr/local/bin/cubicle
 # The MCP registry checks that the image it lists carries its server name

@@ -32,9 +32,10 @@ void pad(std::string& out) { out.append((block - out.size() % block) % block, '\
 } // namespace
 
 void TarWriter::header(std::string_view name, char type, std::uint64_t size, unsigned mode, unsigned uid, unsigned gid,
-                       std::int64_t mtime) {
+                       std::int64_t mtime, std::string_view link) {
     char h[block] = {};
     std::memcpy(h, name.data(), std::min(name.size(), max_name));
+    std::memcpy(h + 157, link.data(), std::min(link.size(), max_name));
     put_octal(h + 100, 8, mode & 0777);
     put_octal(h + 108, 8, uid);
     put_octal(h + 116, 8, gid);
@@ -55,17 +56,20 @@ void TarWriter::add(const TarEntry& entry) {
     std::string name = entry.name;
     if (entry.directory && !name.ends_with('/')) name += '/';
     auto mtime = entry.mtime >= 0 ? entry.mtime : static_cast<std::int64_t>(std::time(nullptr));
-    std::uint64_t size = entry.directory ? 0 : entry.content.size();
+    bool link = !entry.link_target.empty();
+    std::uint64_t size = entry.directory || link ? 0 : entry.content.size();
     std::string pax;
     if (name.size() > max_name) pax += pax_record("path", name);
+    if (entry.link_target.size() > max_name) pax += pax_record("linkpath", entry.link_target);
     if (size > max_octal_11) pax += pax_record("size", std::to_string(size));
     if (!pax.empty()) {
         header("././@PaxHeader", 'x', pax.size(), 0644, 0, 0, mtime);
         out_ += pax;
         pad(out_);
     }
-    header(name, entry.directory ? '5' : '0', size > max_octal_11 ? 0 : size, entry.mode, entry.uid, entry.gid, mtime);
-    if (!entry.directory) {
+    char type = entry.directory ? '5' : link ? '2' : '0';
+    header(name, type, size > max_octal_11 ? 0 : size, entry.mode, entry.uid, entry.gid, mtime, entry.link_target);
+    if (type == '0') {
         out_ += entry.content;
         pad(out_);
     }

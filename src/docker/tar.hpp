@@ -12,6 +12,7 @@ struct TarEntry {
     std::string name;          // relative, '/'-separated
     std::string_view content;  // empty for directories
     bool directory = false;
+    std::string link_target;   // non-empty: a symbolic link to it (content ignored)
     unsigned mode = 0644;      // permission bits; setuid/setgid/sticky are dropped
     unsigned uid = 0;
     unsigned gid = 0;
@@ -27,7 +28,7 @@ public:
 
 private:
     void header(std::string_view name, char type, std::uint64_t size, unsigned mode, unsigned uid, unsigned gid,
-                std::int64_t mtime);
+                std::int64_t mtime, std::string_view link = {});
     std::string out_;
 };
 

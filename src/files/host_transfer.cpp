@@ -314,8 +314,8 @@ namespace {
 
 class Packer {
 public:
-    Packer(const Limits& limits, unsigned owner, std::string host_path)
-        : limits_(limits), owner_(owner), host_path_(std::move(host_path)) {}
+    Packer(const Limits& limits, unsigned owner, std::string host_path, const PackOptions& options)
+        : limits_(limits), owner_(owner), host_path_(std::move(host_path)), options_(options) {}
 
     void add_directory(const std::string& name, unsigned mode, std::int64_t mtime) {
         count_entry();
@@ -329,6 +329,8 @@ public:
         auto data = read_bounded(fd, budget, relative);
         tar_.add({.name = name, .content = data, .mode = static_cast<unsigned>(st.st_mode & 0777), .uid = owner_, .gid = owner_,
                   .mtime = st.st_mtime});
+        if (options_.on_entry)
+            options_.on_entry({.path = relative, .mode = static_cast<unsigned>(st.st_mode & 0777), .mtime = st.st_mtime, .data = data});
         result_.files += 1;
         result_.bytes += data.size();
     }
@@ -358,6 +360,11 @@ private:
         struct stat st{};
         if (::fstatat(dirfd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
             refuse(fmt::format("cannot inspect '{}': {}", shown(relative), errno_text(errno)));
+        if (options_.excluded && options_.excluded(relative, S_ISDIR(st.st_mode))) {
+            result_.ignored += 1;
+            return;
+        }
+        if (S_ISLNK(st.st_mode) && options_.keep_links) return add_link(dirfd, entry, name, st, relative);
         if (S_ISDIR(st.st_mode)) {
             Fd child(::openat(dirfd, entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
             if (child.get() < 0)
@@ -370,11 +377,43 @@ private:
             Fd file(::openat(dirfd, entry.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
             struct stat now{};
             if (file.get() < 0 || ::fstat(file.get(), &now) != 0 || !S_ISREG(now.st_mode))
-                return result_.skipped.push_back(relative);  // replaced while we looked
+                return result_.skipped.push_back({relative, "replaced by something else while being copied"});
             add_file(name, file.get(), now, relative);
         } else {
-            result_.skipped.push_back(relative);  // symlinks, devices, FIFOs, sockets: never followed
+            result_.skipped.push_back({relative, kind_of_special(st.st_mode)});  // never followed or opened
         }
+    }
+
+    // The link itself, read with readlinkat: whatever it points to is never opened.
+    void add_link(int dirfd, const std::string& entry, const std::string& name, const struct stat& st,
+                  const std::string& relative) {
+        count_entry();
+        std::string target(PATH_MAX, '\0');
+        auto n = ::readlinkat(dirfd, entry.c_str(), target.data(), target.size());
+        if (n <= 0) return result_.skipped.push_back({relative, "a symbolic link that could not be read"});
+        target.resize(static_cast<std::size_t>(n));
+        tar_.add({.name = name, .link_target = target, .mode = 0777, .uid = owner_, .gid = owner_, .mtime = st.st_mtime});
+        if (options_.on_entry) options_.on_entry({.path = relative, .link = true, .mode = 0777, .mtime = st.st_mtime, .data = target});
+        result_.links.push_back({relative, target, leads_outside(relative, target)});
+    }
+
+    // Lexically: an absolute target, or one whose ".." climb above the packed directory.
+    static bool leads_outside(const std::string& relative, const std::string& target) {
+        if (target.starts_with('/')) return true;
+        auto depth = static_cast<long>(components(relative).size()) - 1;
+        for (auto part : components(target)) {
+            depth += part == ".." ? -1 : 1;
+            if (depth < 0) return true;
+        }
+        return false;
+    }
+
+    static std::string kind_of_special(mode_t mode) {
+        if (S_ISLNK(mode)) return "a symbolic link (not followed)";
+        if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+        if (S_ISSOCK(mode)) return "a socket";
+        if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+        return "not a regular file";
     }
 
     std::string shown(const std::string& relative) const {
@@ -407,6 +446,7 @@ private:
     const Limits& limits_;
     unsigned owner_;
     std::string host_path_;
+    const PackOptions& options_;
     std::uint64_t entries_ = 0;
     PackResult result_;
     docker::TarWriter tar_;
@@ -415,7 +455,7 @@ private:
 } // namespace
 
 PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, const std::string& archive_root,
-                          unsigned owner, const Limits& limits) {
+                          unsigned owner, const Limits& limits, const PackOptions& options) {
     auto [root, relative] = dirs.locate(host_path);
     auto name = workspace_path(archive_root);
     if (name == ".") refuse("the destination in the sandbox must name a file or directory, not the workspace itself");
@@ -431,7 +471,7 @@ PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, co
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
         refuse(fmt::format("host path '{}' is not a regular file or directory", host_path));
 
-    Packer packer(limits, owner, host_path);
+    Packer packer(limits, owner, host_path, options);
     auto parts = components(name);
     std::string parent;
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {  // parents of the destination, so the upload creates them
@@ -600,6 +640,114 @@ UnpackResult unpack_to_host(const HostDirs& dirs, const std::vector<TarMember>& 
         }
     }
     return result;
+}
+
+// ---------------------------------------------------------------- single files below a project
+
+namespace {
+
+constexpr std::uint64_t no_symlinks = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+
+// `relative` below `base`, checked: no "..", nothing absolute, not empty.
+struct Located {
+    Fd root;
+    std::string dir;   // the file's directory, relative to the root
+    std::string name;  // its last component
+    std::string shown;
+};
+
+Located locate_below(const HostDirs& dirs, const std::string& base, const std::string& relative) {
+    if (has_nul(relative)) refuse("a file name contains a NUL byte");
+    if (relative.starts_with('/')) refuse(fmt::format("'{}' is absolute; files are named below the project", relative));
+    auto parts = components(relative);
+    if (parts.empty()) refuse("a file name is empty");
+    if (std::find(parts.begin(), parts.end(), "..") != parts.end())
+        refuse(fmt::format("'{}' contains '..'; refusing it", relative));
+    auto [root, base_relative] = dirs.locate(base);
+    Located at{open_root(root), base_relative, std::string(parts.back()), base + "/" + relative};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) at.dir.append("/").append(parts[i]);
+    return at;
+}
+
+} // namespace
+
+void require_host_directory(const HostDirs& dirs, const std::string& host_path) {
+    auto [root, relative] = dirs.locate(host_path);
+    Fd root_fd = open_root(root);
+    Fd dir(open_beneath(root_fd.get(), relative, O_PATH | O_NOFOLLOW, no_symlinks));
+    if (dir.get() < 0) refuse(resolve_error(host_path, errno));
+    struct stat st{};
+    if (::fstat(dir.get(), &st) != 0) refuse(resolve_error(host_path, errno));
+    if (S_ISLNK(st.st_mode)) refuse(fmt::format("'{}' is a symbolic link; give the real path", host_path));
+    if (!S_ISDIR(st.st_mode)) refuse(fmt::format("'{}' is not a directory", host_path));
+}
+
+HostFile read_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, const Limits& limits) {
+    auto at = locate_below(dirs, base, relative);
+    Fd dir(open_beneath(at.root.get(), at.dir, O_PATH | O_DIRECTORY, no_symlinks));
+    if (dir.get() < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return {};
+        if (errno == ELOOP || errno == EXDEV) return {.kind = HostFile::Kind::symlink};
+        refuse(resolve_error(at.shown, errno));
+    }
+    struct stat st{};
+    if (::fstatat(dir.get(), at.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return {};
+        refuse(resolve_error(at.shown, errno));
+    }
+    if (S_ISLNK(st.st_mode)) return {.kind = HostFile::Kind::symlink};
+    if (!S_ISREG(st.st_mode)) return {.kind = HostFile::Kind::other};
+    Fd file(::openat(dir.get(), at.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat now{};
+    if (file.get() < 0 || ::fstat(file.get(), &now) != 0 || !S_ISREG(now.st_mode)) return {.kind = HostFile::Kind::other};
+    HostFile result{.kind = HostFile::Kind::regular, .mode = static_cast<unsigned>(now.st_mode & 07777)};
+    char buffer[65536];
+    for (;;) {
+        auto n = ::read(file.get(), buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) refuse(fmt::format("cannot read '{}': {}", at.shown, errno_text(errno)));
+        if (n == 0) return result;
+        if (result.data.size() + static_cast<std::size_t>(n) > limits.max_bytes)
+            refuse(fmt::format("'{}' is larger than the transfer limit of {} bytes", at.shown, limits.max_bytes));
+        result.data.append(buffer, static_cast<std::size_t>(n));
+    }
+}
+
+void write_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, std::string_view data,
+                     unsigned mode) {
+    auto at = locate_below(dirs, base, relative);
+    // Each missing directory is made, and each step opened, without following a link.
+    Fd dir(open_beneath(at.root.get(), dirs.locate(base).second, O_PATH | O_DIRECTORY, no_symlinks));
+    if (dir.get() < 0) refuse(resolve_error(base, errno));
+    auto parts = components(relative);
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+        std::string part(parts[i]);
+        make_directory(dir.get(), part, 0755, at.shown);
+        Fd next(open_beneath(dir.get(), part, O_PATH | O_DIRECTORY, no_symlinks));
+        if (next.get() < 0) refuse(resolve_error(at.shown, errno));
+        dir = std::move(next);
+    }
+    struct stat st{};
+    if (::fstatat(dir.get(), at.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+        refuse(fmt::format("'{}' is a symbolic link or special file on the host; refusing to replace it", at.shown));
+    // write_file renames over the name: a link swapped in meanwhile is replaced, never written through.
+    write_file(dir.get(), at.name, data, mode, at.shown);
+    if (::fchmodat(dir.get(), at.name.c_str(), mode & 0777, 0) != 0)  // the umask narrowed what open(2) set
+        refuse(fmt::format("cannot set the mode of '{}': {}", at.shown, errno_text(errno)));
+}
+
+void remove_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative) {
+    auto at = locate_below(dirs, base, relative);
+    Fd dir(open_beneath(at.root.get(), at.dir, O_PATH | O_DIRECTORY, no_symlinks));
+    if (dir.get() < 0) refuse(resolve_error(at.shown, errno));
+    struct stat st{};
+    if (::fstatat(dir.get(), at.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return;
+        refuse(resolve_error(at.shown, errno));
+    }
+    if (!S_ISREG(st.st_mode)) refuse(fmt::format("'{}' is not a regular file on the host; refusing to delete it", at.shown));
+    if (::unlinkat(dir.get(), at.name.c_str(), 0) != 0)
+        refuse(fmt::format("cannot delete '{}': {}", at.shown, errno_text(errno)));
 }
 
 // ---------------------------------------------------------------- sandbox paths

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,15 +50,65 @@ private:
     std::vector<std::string> roots_;
 };
 
+struct Skipped {
+    std::string path;    // below the packed host path
+    std::string reason;
+};
+
+struct PackedLink {
+    std::string path, target;
+    bool outside = false;  // absolute, or leads above the packed directory: copied, never followed
+};
+
+// One regular file or link as it went into the archive (its content, or a link's target).
+struct PackedEntry {
+    std::string_view path;  // below the packed host path
+    bool link = false;
+    unsigned mode = 0;
+    std::int64_t mtime = 0;
+    std::string_view data;
+};
+
+struct PackOptions {
+    bool keep_links = false;  // symbolic links travel as links (never followed); otherwise they are skipped
+    // Entries it says yes to are left out and counted as ignored (a directory with all it holds).
+    std::function<bool(const std::string& path, bool directory)> excluded;
+    std::function<void(const PackedEntry&)> on_entry;  // sees each file and link packed
+};
+
 struct PackResult {
     std::string tar;  // ready for PUT /containers/{id}/archive
-    std::uint64_t files = 0, directories = 0, bytes = 0;
-    std::vector<std::string> skipped;  // symlinks and special files not copied
+    std::uint64_t files = 0, directories = 0, bytes = 0, ignored = 0;
+    std::vector<Skipped> skipped;  // special files (and links, unless kept) not copied
+    std::vector<PackedLink> links;
 };
 
 // Archives a host file or directory under the name `archive_root`, owned by `owner`.
 PackResult pack_host_path(const HostDirs& dirs, const std::string& host_path, const std::string& archive_root,
-                          unsigned owner, const Limits& limits);
+                          unsigned owner, const Limits& limits, const PackOptions& options = {});
+
+// Refuses `host_path` unless it is a directory inside an allowed root, reached
+// without any symbolic link (so that tools reading it by name stay inside too).
+void require_host_directory(const HostDirs& dirs, const std::string& host_path);
+
+// A file below an allowed directory `base` (a host path) as the host has it now.
+// Reached without following any symbolic link: a link on the way or at the end is
+// reported as one, never read through.
+struct HostFile {
+    enum class Kind { absent, regular, symlink, other } kind = Kind::absent;
+    unsigned mode = 0;
+    std::string data;  // a regular file's content
+};
+HostFile read_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, const Limits& limits);
+
+// Writes `relative` below `base` atomically (temporary file and rename in its
+// directory) with `mode`, creating missing parent directories; refuses a symbolic
+// link or special file anywhere on the way or in its place.
+void write_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, std::string_view data,
+                     unsigned mode);
+
+// Removes the regular file `relative` below `base`; refuses anything else.
+void remove_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative);
 
 struct UnpackResult {
     std::uint64_t files = 0, directories = 0, bytes = 0;

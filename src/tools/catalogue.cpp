@@ -71,9 +71,10 @@ std::vector<std::string_view> enabled_groups(const Config& config) {
     for (const auto& group : tool_groups()) {
         bool on = false;
         if (config.tool_groups.empty()) {
-            // What a server offers unasked is what it can do: the host and
-            // packages tools only work where the operator allowed them.
-            on = group.in_default_set || (group.name == "host" && !config.allow_host_dirs.empty()) ||
+            // What a server offers unasked is what it can do: the host, project
+            // and packages tools only work where the operator allowed them.
+            bool host_dirs = !config.allow_host_dirs.empty();
+            on = group.in_default_set || ((group.name == "host" || group.name == "project") && host_dirs) ||
                  (group.name == "packages" && config.allow_network);
         } else {
             on = std::ranges::any_of(config.tool_groups, [&group](const std::string& asked) { return asked == group.name || asked == "all"; });

@@ -31,9 +31,6 @@ using sandbox::Sandbox;
 constexpr std::uint64_t default_read_bytes = 1 << 20;
 constexpr std::uint64_t script_timeout_ms = 120'000;
 
-files::Limits transfer_limits(const Config& config) {
-    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
-}
 
 // Shell lines that refuse a path ($1) which, through symbolic links inside the
 // sandbox, leads out of the workspace.
@@ -457,11 +454,6 @@ asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element argu
 
 // ---- upload_file / download_file ----------------------------------------------
 
-std::string base_name(std::string_view path) {
-    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-    auto slash = path.rfind('/');
-    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
 
 // A host transfer's destination inside the sandbox never passes through a symbolic
 // link. Where the sandbox user extracts the upload (extract_as_sandbox_user) this is
@@ -533,7 +525,7 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
     json::Writer w;
     w.begin_object().field("path", path).field("files", packed.files).field("directories", packed.directories);
     w.field("bytes", packed.bytes).key("skipped").begin_array();
-    for (const auto& skipped : packed.skipped) w.value(skipped);
+    for (const auto& skipped : packed.skipped) w.value(skipped.path);
     w.end_array().end_object();
     co_return structured(w.take());
 }
@@ -579,6 +571,11 @@ asio::awaitable<ToolResult> download_file(Env env, simdjson::dom::element argume
 // ---- schemas ------------------------------------------------------------------
 
 } // namespace
+
+asio::awaitable<sandbox::ExecResult> workspace_script(std::shared_ptr<Sandbox> box, std::string script, std::vector<std::string> args,
+                                                     std::string stdin_data, std::uint64_t max_output) {
+    co_return co_await sandbox_sh(std::move(box), std::move(script), std::move(args), std::move(stdin_data), max_output);
+}
 
 asio::awaitable<std::vector<CollectedImage>> collect_images(Env env, std::shared_ptr<Sandbox> box, double since) {
     constexpr int max_images = 5;

@@ -16,6 +16,7 @@
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "docker/client.hpp"
+#include "projects/baseline.hpp"
 #include "sandbox/agent_protocol.hpp"
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
@@ -484,6 +485,9 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     auto id = args.required_string("sandbox_id");
     env.manager.get(id, context->principal());
     co_await env.manager.destroy(id);
+    // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
+    auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
+    env.projects->forget_unless(alive);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("stopped", true).end_object();
     co_return structured(w.take());
@@ -492,7 +496,7 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
 } // namespace
 
 Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
-    Env env{manager, docker, config, std::make_shared<Runs>()};
+    Env env{manager, docker, config, std::make_shared<Runs>(), std::make_shared<projects::Baselines>()};
     return {tools_of(env), sandbox_resources(env)};
 }
 
@@ -506,7 +510,8 @@ std::vector<mcp::Tool> tools_of(Env env) {
         {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
-    for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &preview_handlers, &package_handlers, &language_handlers}) {
+    for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
+                       &language_handlers}) {
         for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
     }
     return catalogue_tools(env.config, std::move(handlers));

@@ -13,12 +13,17 @@
 #include "common/errors.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
+#include "files/host_transfer.hpp"
 #include "mcp/resource.hpp"
 #include "mcp/tool.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/manager.hpp"
 #include "tools/budget.hpp"
 #include "tools/catalogue.hpp"
+
+namespace cubicle::projects {
+class Baselines;
+}
 
 namespace cubicle::tools {
 
@@ -29,9 +34,22 @@ struct Env {
     docker::Client& docker;
     const Config& config;
     std::shared_ptr<Runs> runs;  // background runs
+    std::shared_ptr<projects::Baselines> projects;  // what open_project copied
 };
 
 using Context = std::shared_ptr<mcp::RequestContext>;
+
+// What one host transfer may move: --max-transfer-mb and --max-transfer-entries.
+inline files::Limits transfer_limits(const Config& config) {
+    return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
+}
+
+// The last component of a host path: a transfer's default name in the workspace.
+inline std::string base_name(std::string_view path) {
+    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+    auto slash = path.rfind('/');
+    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
 
@@ -105,6 +123,15 @@ Handlers file_handlers(Env env);
 
 // search_files (search_files.cpp).
 Handlers search_handlers(Env env);
+
+// A short shell script run in the workspace as the sandbox user ($1… are `args`),
+// its output collected; a failure becomes a ToolError with its stderr (file_tools.cpp).
+boost::asio::awaitable<sandbox::ExecResult> workspace_script(std::shared_ptr<sandbox::Sandbox> box, std::string script,
+                                                             std::vector<std::string> args, std::string stdin_data,
+                                                             std::uint64_t max_output);
+
+// open_project, diff_project, apply_project (project_tools.cpp).
+Handlers project_handlers(Env env);
 
 // list_languages (language_tools.cpp).
 Handlers language_handlers(Env env);

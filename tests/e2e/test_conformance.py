@@ -325,6 +325,13 @@ async def test_every_tool(sdk, host_dir):
     for old_text, new_text in (("héllo", "hullo"), ("hullo", "héllo")):
         await call("edit_file", {"sandbox_id": sid, "path": "d/a.txt", "old_text": old_text, "new_text": new_text})
     await call("upload_file", {"sandbox_id": sid, "host_path": str(host_dir / "project")})
+    opened = await call("open_project", {"sandbox_id": sid, "host_path": str(host_dir / "project"), "path": "opened"})
+    assert opened["files"] == 1, opened
+    await call("write_file", {"sandbox_id": sid, "path": "opened/main.py", "content": "print('changed')\n"})
+    diff = await call("diff_project", {"sandbox_id": sid})
+    assert [c["path"] for c in diff["changes"]] == ["main.py"], diff
+    applied = await call("apply_project", {"sandbox_id": sid, "dry_run": True})  # the host stays as it is
+    assert [w["path"] for w in applied["written"]] == ["main.py"], applied
     download_to = host_dir / f"download-{sdk.mode}"
     await call("download_file", {"sandbox_id": sid, "path": "d", "host_path": str(download_to)})
     assert (download_to / "a.txt").read_text() == "héllo\n"

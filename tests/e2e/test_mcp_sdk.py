@@ -504,7 +504,7 @@ async def test_unknown_tool_is_error(srv):
     assert ei.value.code == -32602, ei.value
 
 
-DEFAULT_TOOLS = TOOL_NAMES - {"upload_file", "download_file", "install_package"}
+DEFAULT_TOOLS = TOOL_NAMES - {"upload_file", "download_file", "open_project", "diff_project", "apply_project", "install_package"}
 
 
 async def test_default_tool_groups_and_a_left_out_tool_is_unknown(sandbox_image):

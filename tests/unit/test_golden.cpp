@@ -206,7 +206,8 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
                                                "stop_sandbox", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file", "list_files",
-                                               "search_files", "upload_file", "download_file", "clean_workspace", "expose_port", "unexpose_port", "install_package", "list_languages"}));
+                                               "search_files", "upload_file", "download_file", "clean_workspace", "open_project", "diff_project",
+                                               "apply_project", "expose_port", "unexpose_port", "install_package", "list_languages"}));
 }
 
 std::vector<std::string> tool_names(const Config& config) {

@@ -178,7 +178,7 @@ def readme(golden=GOLDEN):
     rows = ["| group | default | tools | bytes in `tools/list` |", "| --- | --- | --- | --- |"]
     for g in groups:
         names = ", ".join(f"`{t['name']}`" for t in tools if t["group"] == g["name"])
-        default = "yes" if g["default"] else {"host": "with `--allow-host-dir`", "packages": "with `--allow-network`"}.get(g["name"], "no")
+        default = "yes" if g["default"] else {"host": "with `--allow-host-dir`", "project": "with `--allow-host-dir`", "packages": "with `--allow-network`"}.get(g["name"], "no")
         rows.append(f"| `{g['name']}` | {default} | {names} | {sizes[g['name']]:,} |")
     rows.append(f"| `all` | | every tool | {sum(sizes.values()):,} |")
     return "\n".join(rows) + "\n\n" + table()

@@ -1,0 +1,59 @@
+#include "projects/baseline.hpp"
+
+#include <openssl/evp.h>
+
+#include <fmt/format.h>
+
+#include "common/errors.hpp"
+
+namespace cubicle::projects {
+
+std::string sha256_hex(std::string_view data) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1)
+        throw std::runtime_error("SHA-256 failed");
+    std::string hex;
+    hex.reserve(length * 2);
+    for (unsigned i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+    return hex;
+}
+
+void Baseline::record(std::string file_path, bool link, unsigned mode, double mtime, std::string data) {
+    auto hash = sha256_hex(data);
+    files[std::move(file_path)] = {link, mode, mtime, std::move(hash), std::move(data)};
+}
+
+bool is_git_internal(std::string_view path) {
+    while (!path.empty()) {
+        auto slash = path.find('/');
+        if (path.substr(0, slash) == ".git") return true;
+        if (slash == std::string_view::npos) break;
+        path.remove_prefix(slash + 1);
+    }
+    return false;
+}
+
+void Baselines::put(const std::string& sandbox_id, std::shared_ptr<Baseline> baseline) {
+    auto path = baseline->path;
+    by_sandbox_[sandbox_id][path] = std::move(baseline);
+}
+
+std::shared_ptr<Baseline> Baselines::get(const std::string& sandbox_id, const std::string& path) const {
+    auto sandbox = by_sandbox_.find(sandbox_id);
+    if (sandbox == by_sandbox_.end() || sandbox->second.empty())
+        throw ToolError("no project is open in this sandbox; call open_project first");
+    const auto& opened = sandbox->second;
+    if (path.empty() && opened.size() == 1) return opened.begin()->second;
+    if (auto found = opened.find(path); found != opened.end()) return found->second;
+    std::string names;
+    for (const auto& entry : opened) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", entry.first);
+    if (path.empty()) throw ToolError(fmt::format("several projects are open in this sandbox ({}); give path", names));
+    throw ToolError(fmt::format("no project was opened at '{}'; open ones: {}", path, names));
+}
+
+void Baselines::forget_unless(const std::function<bool(const std::string&)>& alive) {
+    std::erase_if(by_sandbox_, [&alive](const auto& entry) { return !alive(entry.first); });
+}
+
+} // namespace cubicle::projects
