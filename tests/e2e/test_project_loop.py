@@ -103,5 +103,5 @@ async def test_open_search_edit_compile_diff_apply(clone: Path):
             assert (clone / "README.md").read_text() == host_readme
             # Nothing else on the host moved: the link and the FIFO are as they were.
             assert os.readlink(clone / "out-link") == "/etc/passwd" and (clone / "a-fifo").is_fifo()
-            assert sorted(git(clone, "status", "--porcelain").split()) == sorted(
-                ["M", "README.md", "M", SOURCE, "??", "a-fifo", "??", "out-link"])
+            status = git(clone, "status", "--porcelain")
+            assert sorted(status.split()) == sorted(["M", "README.md", "M", SOURCE, "??", "out-link"]), status  # git lists no FIFO
