@@ -4,6 +4,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "common/all_at_once.hpp"
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/log.hpp"
@@ -157,8 +158,8 @@ asio::awaitable<void> Egress::ensure_proxy() {
 asio::awaitable<void> Egress::start_proxy() {
     auto agent_volume = co_await agent_volume_.ensure(config_.default_image);
     // On the default bridge, its way out; the principals' networks are joined as they come.
-    proxy_id_ = co_await docker_.create_container(proxy_config(config_.default_image, instance_, config_.egress_allow, docker_.engine(), agent_volume),
-                                                  "cubicle-proxy-" + random_hex(8));
+    auto config = proxy_config(config_.default_image, instance_, config_.egress_allow, docker_.engine(), agent_volume);
+    proxy_id_ = co_await docker_.create_container(std::move(config), "cubicle-proxy-" + random_hex(8));
     if (agent_volume.empty()) co_await docker_.put_archive(proxy_id_, agent_dir, agent_archive());
     proxy_stdin_ = co_await docker_.attach(proxy_id_);
     co_await docker_.start_container(proxy_id_);
@@ -179,9 +180,12 @@ asio::awaitable<void> Egress::teardown() {
     networks_.clear();
     for (auto& [principal, network] : networks) wake(std::move(network->waiting));
     co_await remove_proxy();
-    // Every network of this instance, those a creation cut short included.
+    // Every network of this instance, those a creation cut short included, all at once
+    // (shutdown has a deadline).
     auto ours = co_await docker_.list_networks(fmt::format("{}={}", label_instance, instance_));
-    for (const auto& network : ours) co_await remove_network(network.id);
+    std::vector<asio::awaitable<void>> removals;
+    for (const auto& network : ours) removals.push_back(remove_network(network.id));
+    co_await all_at_once(executor_, std::move(removals));
 }
 
 } // namespace cubicle::sandbox
