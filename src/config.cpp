@@ -182,6 +182,10 @@ const std::vector<Option>& options() {
                  start = end + 1;
              }
          }},
+        {"--max-egress-networks", "CUBICLE_MAX_EGRESS_NETWORKS", "N",
+         "most internal networks for networked sandboxes, one per principal that has any; each takes a subnet "
+         "of the Docker daemon's address pools",
+         [](Config& c, std::string_view v) { c.max_egress_networks = parse_number("--max-egress-networks", v, 1, 1000); }},
         {"--executor", "CUBICLE_EXECUTOR", "KIND",
          "agent (default; falls back to exec where the agent cannot run) or exec",
          [](Config& c, std::string_view v) {

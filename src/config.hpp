@@ -46,6 +46,7 @@ struct Config {
     int max_transfer_entries = 10000;          // files and directories per transfer
     int max_exposed_ports = 8;                 // expose_port listeners per sandbox
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
+    int max_egress_networks = 16;  // internal networks, one per principal with networked sandboxes (each a subnet of the Engine's pools)
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
     std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)

@@ -478,11 +478,21 @@ asio::awaitable<std::string> Client::create_network(std::string config_json) {
     co_return std::string(id);
 }
 
-asio::awaitable<void> Client::connect_network(std::string network, std::string container_id) {
+asio::awaitable<void> Client::connect_network(std::string network, std::string container_id, std::vector<std::string> aliases) {
     json::Writer w;
-    w.begin_object().field("Container", container_id).end_object();
+    w.begin_object().field("Container", container_id);
+    w.key("EndpointConfig").begin_object().key("Aliases").begin_array();
+    for (const auto& alias : aliases) w.value(alias);
+    w.end_array().end_object().end_object();
     check(co_await request("POST", "/networks/" + url_encode(network) + "/connect", w.take()),
           fmt::format("connecting the container to network {} failed", network));
+}
+
+asio::awaitable<void> Client::disconnect_network(std::string network, std::string container_id) {
+    json::Writer w;
+    w.begin_object().field("Container", container_id).field("Force", true).end_object();
+    auto res = co_await request("POST", "/networks/" + url_encode(network) + "/disconnect", w.take());
+    if (res.status != 404) check(res, fmt::format("disconnecting the container from network {} failed", network));
 }
 
 asio::awaitable<void> Client::remove_network(std::string network) {

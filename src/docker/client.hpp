@@ -113,9 +113,11 @@ public:
     asio::awaitable<void> put_archive(std::string id, std::string path, std::string tar);
     // Throws Error when the archive is larger than `max_bytes`.
     asio::awaitable<std::string> get_archive(std::string id, std::string path, std::uint64_t max_bytes);
-    // Networks: an internal (no route out) bridge network of our own, joining one, removing it.
+    // Networks: an internal (no route out) bridge network of our own, joining one (known on it
+    // by `aliases` too, running or not), leaving one (not on it is no error), removing it.
     asio::awaitable<std::string> create_network(std::string config_json);
-    asio::awaitable<void> connect_network(std::string network, std::string container_id);
+    asio::awaitable<void> connect_network(std::string network, std::string container_id, std::vector<std::string> aliases = {});
+    asio::awaitable<void> disconnect_network(std::string network, std::string container_id);
     asio::awaitable<void> remove_network(std::string network);
     // Ids of networks carrying `label_filter` with their labels.
     asio::awaitable<std::vector<ContainerSummary>> list_networks(std::string label_filter);

@@ -214,11 +214,22 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status) {
     spec = resolve(std::move(spec));
     auto slot = reserve_slot(owner);
-    if (spec.network) {
-        co_await egress_.ensure();
-        spec.network_name = egress_.network();
-        spec.proxy_url = egress_.proxy_url();
+    if (!spec.network) co_return co_await create_on(std::move(spec), std::move(owner), throwaway, std::move(status));
+    // Its principal's network, held from here: a removal of the principal's last other
+    // networked sandbox meanwhile leaves it in place.
+    spec.network_name = co_await egress_.join(owner);
+    spec.proxy_url = egress_.proxy_url();
+    std::exception_ptr failure;
+    try {
+        co_return co_await create_on(std::move(spec), owner, throwaway, std::move(status));
+    } catch (...) {
+        failure = std::current_exception();
     }
+    co_await egress_.leave(owner);
+    std::rethrow_exception(failure);
+}
+
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_on(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status) {
     // The pools run once the default image is known to be present (start_pool).
     std::shared_ptr<Sandbox> pooled;
     if (pool_started_) pooled = co_await pools_.acquire(spec, owner);
@@ -346,10 +357,15 @@ asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
     sandbox->shutdown("it was stopped");
     auto turn = co_await removal_turns_.wait();
     try {
-        co_await docker_.remove_container(sandbox->container_id());
+        co_await remove_container_of(std::move(sandbox));
     } catch (const std::exception& e) {
-        log::warning("removing sandbox {}: {}", sandbox->id(), e.what());
+        log::warning("removing a sandbox: {}", e.what());
     }
+}
+
+asio::awaitable<void> Manager::remove_container_of(std::shared_ptr<Sandbox> sandbox) {
+    co_await docker_.remove_container(sandbox->container_id());
+    if (sandbox->spec().network) co_await egress_.leave(sandbox->owner());
 }
 
 std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
@@ -387,7 +403,7 @@ asio::awaitable<void> Manager::destroy(std::string id) {
         co_return;
     }
     sandbox->shutdown("it was stopped");
-    co_await docker_.remove_container(sandbox->container_id());
+    co_await remove_container_of(std::move(sandbox));
 }
 
 asio::awaitable<void> Manager::remove_workspace(std::shared_ptr<Sandbox> sandbox) {

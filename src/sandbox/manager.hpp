@@ -86,6 +86,11 @@ private:
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
     // Which of cubicle's images this host has, said to whoever asked for a missing one.
     asio::awaitable<std::string> images_here();
+    // create, once a networked sandbox's network is known (spec.network_name).
+    asio::awaitable<std::shared_ptr<Sandbox>> create_on(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status);
+    // Where every sandbox's own container is removed (stop_sandbox, release, the pools):
+    // a networked sandbox then leaves its principal's network, the last one removing it.
+    asio::awaitable<void> remove_container_of(std::shared_ptr<Sandbox> sandbox);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
     // Tried once more when the agent volume turns out to have been removed (`retried`).

@@ -190,8 +190,8 @@ std::string egress_network_config(const std::string& name, const std::string& in
     return w.take();
 }
 
-std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow, const docker::Engine& engine, const std::string& agent_volume) {
+std::string proxy_config(const std::string& image, const std::string& instance, const std::vector<std::string>& allow,
+                         const docker::Engine& engine, const std::string& agent_volume) {
     json::Writer w;
     w.begin_object().field("Image", image);
     w.key("Entrypoint").begin_array().value(agent_path).value("--proxy").value(std::to_string(proxy_port));
@@ -207,7 +207,7 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.field(label_role, "proxy");
     w.end_object();
     w.key("HostConfig").begin_object();
-    w.field("NetworkMode", network);
+    w.field("NetworkMode", "bridge");
     w.key("CapDrop").begin_array().value("ALL").end_array();
     w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
     w.field("ReadonlyRootfs", true).field("Init", true).field("Privileged", false);
@@ -222,9 +222,6 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     w.end_array();
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
     w.end_object();
-    w.key("NetworkingConfig").begin_object().key("EndpointsConfig").begin_object();
-    w.key(network).begin_object().key("Aliases").begin_array().value(proxy_alias).end_array().end_object();
-    w.end_object().end_object();
     w.end_object();
     return w.take();
 }

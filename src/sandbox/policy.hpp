@@ -88,17 +88,17 @@ inline constexpr const char* proxy_alias = "cubicle-proxy";
 inline constexpr int proxy_port = 3128;
 
 // The egress proxy's container: the agent in proxy mode, locked down like a
-// sandbox, on `network` (internal) under the name proxy_alias.
-std::string proxy_config(const std::string& image, const std::string& instance, const std::string& network,
-                         const std::vector<std::string>& allow, const docker::Engine& engine = {},
-                         const std::string& agent_volume = {});
+// sandbox, on the default bridge (its way out); it joins each internal network
+// under the name proxy_alias (sandbox/egress.hpp).
+std::string proxy_config(const std::string& image, const std::string& instance, const std::vector<std::string>& allow,
+                         const docker::Engine& engine = {}, const std::string& agent_volume = {});
 
 // The volume every container of one server instance takes its agent from (agent_volume.hpp).
 std::string agent_volume_config(const std::string& name, const std::string& instance);
 // The container, created and never started, through which the agent is written into that volume.
 std::string agent_volume_filler_config(const std::string& image, const std::string& instance, const std::string& volume);
 
-// The internal network networked sandboxes share: no route out but the proxy.
+// The internal network a principal's networked sandboxes share: no route out but the proxy.
 std::string egress_network_config(const std::string& name, const std::string& instance);
 
 } // namespace cubicle::sandbox

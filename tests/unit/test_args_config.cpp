@@ -250,6 +250,7 @@ TEST_F(ParseArgsTest, Defaults) {
     EXPECT_EQ(parsed.config.max_output_bytes, 64u << 20);
     EXPECT_EQ(parsed.config.result_budget, 16u << 10);
     EXPECT_FALSE(parsed.config.allow_network);
+    EXPECT_EQ(parsed.config.max_egress_networks, 16);
     EXPECT_EQ(parsed.config.pool_size, defaults.pool_size);
     EXPECT_EQ(parsed.config.pool_refill, defaults.pool_refill);
     EXPECT_EQ(parsed.config.pool_idle_s, defaults.pool_idle_s);

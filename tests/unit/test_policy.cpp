@@ -19,6 +19,7 @@
 
 #include "agent/protocol.h"
 #include "common/json.hpp"
+#include "sandbox/egress.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/policy.hpp"
 
@@ -116,19 +117,30 @@ TEST(EgressPolicy, TheNetworkIsInternal) {
 
 TEST(EgressPolicy, TheProxyIsLockedDownAndCarriesTheAllowlist) {
     json::Document doc;
-    ASSERT_FALSE(doc.parse(proxy_config("img", "inst", "cubicle-egress-inst", {"pypi.org:443", "10.0.0.5:8080"})));
+    ASSERT_FALSE(doc.parse(proxy_config("img", "inst", {"pypi.org:443", "10.0.0.5:8080"})));
     auto root = doc.root();
     EXPECT_EQ(string_array(root["Entrypoint"].value()),
               (std::vector<std::string>{agent_path, "--proxy", "3128", "pypi.org:443", "10.0.0.5:8080"}));
     auto host = root["HostConfig"];
-    EXPECT_EQ(str(host["NetworkMode"]), "cubicle-egress-inst");
+    // Its way out; it joins the principals' internal networks as they come (sandbox/egress.hpp).
+    EXPECT_EQ(str(host["NetworkMode"]), "bridge");
     EXPECT_EQ(string_array(host["CapDrop"].value()), std::vector<std::string>{"ALL"});
     EXPECT_TRUE(boolean(host["ReadonlyRootfs"]));
     EXPECT_EQ(i64(host["Memory"]), i64(host["MemorySwap"]));
     EXPECT_EQ(str(root["User"]), "1000:1000");
     EXPECT_TRUE(boolean(root["StdinOnce"]));  // dies with the server's connection
-    EXPECT_EQ(string_array(root["NetworkingConfig"]["EndpointsConfig"]["cubicle-egress-inst"]["Aliases"].value()),
-              std::vector<std::string>{"cubicle-proxy"});
+}
+
+TEST(EgressPolicy, UsedUpAddressPoolsAreSaidWithWhatToDo) {
+    auto text = network_refused("creating a network failed: could not find an available, non-overlapping IPv4 address pool "
+                                "among the defaults to assign to the network (HTTP 500)");
+    EXPECT_NE(text.find("address range left"), std::string::npos) << text;
+    EXPECT_NE(text.find("network: true"), std::string::npos) << text;
+    EXPECT_NE(text.find("default-address-pools"), std::string::npos) << text;
+    EXPECT_EQ(network_refused("the daemon is down"), "could not set up network access for sandboxes: the daemon is down");
+    auto cap = no_network_left(16);
+    EXPECT_NE(cap.find("at most 16 egress networks"), std::string::npos) << cap;
+    EXPECT_NE(cap.find("--max-egress-networks"), std::string::npos) << cap;
 }
 
 TEST_F(PolicyTest, PrivilegesDropped) {
@@ -271,7 +283,7 @@ TEST_F(PolicyTest, SharedAgentVolumeIsMountedReadOnly) {
     ASSERT_FALSE(doc.parse(text));
     expect_shared_agent_mount(doc.root()["HostConfig"]["Mounts"].value(), "cubicle-agent-inst");
     json::Document proxy;
-    ASSERT_FALSE(proxy.parse(proxy_config("img", "inst", "net", {}, {}, "cubicle-agent-inst")));
+    ASSERT_FALSE(proxy.parse(proxy_config("img", "inst", {}, {}, "cubicle-agent-inst")));
     expect_shared_agent_mount(proxy.root()["HostConfig"]["Mounts"].value(), "cubicle-agent-inst");
 }
 
