@@ -117,7 +117,7 @@ static int translate_bracket(const char **pp, char **o, const char **error)
         p++;
     char items_buf[4096], *items = items_buf;
     for (int first = 1; *p && (first || *p != ']'); first = 0) {
-        if (items - items_buf > (long)sizeof items_buf - 32) {
+        if (items - items_buf > (long)sizeof items_buf - 40) {   /* room for a [: class :] of 34 */
             *error = "a [...] in the pattern is too long";
             return -1;
         }

@@ -393,6 +393,8 @@ static void walk(int dir, size_t rel_len)
 /* Adds glob, with its first {a,b} group expanded (recursively). */
 static void add_glob(const char *glob, size_t len)
 {
+    if (glob_count >= MAX_GLOBS)   /* no more room: expanding further only burns time */
+        return;
     const char *open = memchr(glob, '{', len);
     const char *close = open ? memchr(open, '}', len - (size_t)(open - glob)) : NULL;
     if (!close) {

@@ -581,7 +581,12 @@ void make_directory(int dirfd, const std::string& name, unsigned mode, const std
 }
 
 // Writes under a temporary name and renames into place, so a failure never leaves half a file.
-void write_file(int dirfd, const std::string& name, std::string_view data, unsigned mode, const std::string& shown) {
+// `mode` narrowed by the umask, or exactly (set on the temporary file before it
+// takes the name, never by name afterwards: that could follow a link swapped in).
+enum class ModeIs { umasked, exact };
+
+void write_file(int dirfd, const std::string& name, std::string_view data, unsigned mode, const std::string& shown,
+                ModeIs mode_is = ModeIs::umasked) {
     static std::atomic<unsigned> counter{0};
     auto temp = fmt::format(".cubicle-{}-{}.part", ::getpid(), counter++);
     Fd fd(::openat(dirfd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0777 & ~07000u));
@@ -596,6 +601,7 @@ void write_file(int dirfd, const std::string& name, std::string_view data, unsig
         if (n < 0) fail(errno_text(errno));
         done += static_cast<std::size_t>(n);
     }
+    if (mode_is == ModeIs::exact && ::fchmod(fd.get(), mode & 0777) != 0) fail(errno_text(errno));
     if (::close(fd.release()) != 0) fail(errno_text(errno));
     struct stat st{};
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
@@ -731,9 +737,7 @@ void write_host_file(const HostDirs& dirs, const std::string& base, const std::s
     if (::fstatat(dir.get(), at.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
         refuse(fmt::format("'{}' is a symbolic link or special file on the host; refusing to replace it", at.shown));
     // write_file renames over the name: a link swapped in meanwhile is replaced, never written through.
-    write_file(dir.get(), at.name, data, mode, at.shown);
-    if (::fchmodat(dir.get(), at.name.c_str(), mode & 0777, 0) != 0)  // the umask narrowed what open(2) set
-        refuse(fmt::format("cannot set the mode of '{}': {}", at.shown, errno_text(errno)));
+    write_file(dir.get(), at.name, data, mode, at.shown, ModeIs::exact);
 }
 
 void remove_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative) {

@@ -102,7 +102,7 @@ struct HostFile {
 HostFile read_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, const Limits& limits);
 
 // Writes `relative` below `base` atomically (temporary file and rename in its
-// directory) with `mode`, creating missing parent directories; refuses a symbolic
+// directory) with exactly `mode` (set before the rename), creating missing parent directories; refuses a symbolic
 // link or special file anywhere on the way or in its place.
 void write_host_file(const HostDirs& dirs, const std::string& base, const std::string& relative, std::string_view data,
                      unsigned mode);

@@ -1,11 +1,24 @@
 #include "projects/apply.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "common/errors.hpp"
 
 namespace cubicle::projects {
 namespace {
+
+// 0755 for an executable, else 0644, narrowed by the server's umask: what git
+// would check out.
+unsigned git_mode(unsigned mode) {
+    static const unsigned umask_bits = [] {
+        auto bits = ::umask(022);
+        ::umask(bits);
+        return static_cast<unsigned>(bits);
+    }();
+    return ((mode & 0111) != 0 ? 0755u : 0644u) & ~umask_bits;
+}
 
 std::string host_state(const files::HostFile& host) {
     switch (host.kind) {
@@ -68,8 +81,9 @@ ApplyResult apply_changes(Baseline& baseline, const std::vector<Change>& changes
                 result.deleted.push_back(change.path);
                 continue;
             }
-            // The sandbox's mode where it changed it, else the host file's own (a chmod on the host stays).
-            unsigned mode = (!old || change.new_mode != old->mode ? change.new_mode : host.mode) & 0777;
+            // The host file's own mode where the sandbox kept it (a chmod on the host stays), else git's
+            // idea of one: a sandbox's 0777 or setuid bit never reaches the host.
+            unsigned mode = !old || change.new_mode != old->mode ? git_mode(change.new_mode) : host.mode & 0777;
             if (!request.dry_run) {
                 files::write_host_file(dirs, baseline.host_path, change.path, change.new_data, mode);
                 baseline.record(change.path, false, change.new_mode, change.new_mtime, change.new_data);

@@ -1,5 +1,7 @@
 #include "projects/baseline.hpp"
 
+#include <algorithm>
+
 #include <openssl/evp.h>
 
 #include <fmt/format.h>
@@ -34,9 +36,27 @@ bool is_git_internal(std::string_view path) {
     return false;
 }
 
-void Baselines::put(const std::string& sandbox_id, std::shared_ptr<Baseline> baseline) {
+std::uint64_t Baseline::bytes() const {
+    std::uint64_t total = 0;
+    for (const auto& [name, file] : files) total += name.size() + file.data.size();
+    return total;
+}
+
+void Baselines::put(const std::string& sandbox_id, std::shared_ptr<Baseline> baseline, std::uint64_t max_bytes) {
     auto path = baseline->path;
-    by_sandbox_[sandbox_id][path] = std::move(baseline);
+    baseline->opened_at = ++opened_;
+    auto& opened = by_sandbox_[sandbox_id];
+    opened[path] = std::move(baseline);
+    auto total = [&opened] {
+        std::uint64_t sum = 0;
+        for (const auto& entry : opened) sum += entry.second->bytes();
+        return sum;
+    };
+    while (opened.size() > 1 && total() > max_bytes) {
+        auto oldest = std::min_element(opened.begin(), opened.end(),
+                                       [](const auto& a, const auto& b) { return a.second->opened_at < b.second->opened_at; });
+        opened.erase(oldest);
+    }
 }
 
 std::shared_ptr<Baseline> Baselines::get(const std::string& sandbox_id, const std::string& path) const {

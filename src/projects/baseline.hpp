@@ -3,7 +3,7 @@
 // show the original text after the host file changed too), and apply_project can
 // tell whether the host file changed meanwhile (a conflict).
 //
-// Baselines stay in the server's memory, bounded by --max-transfer-mb each: no
+// Baselines stay in the server's memory, bounded by --max-transfer-mb per sandbox: no
 // temporary file can outlive a crash, and the sandbox's copy is never trusted as
 // the original. One per (sandbox, path); a sandbox's go when it does.
 #pragma once
@@ -40,6 +40,8 @@ struct Baseline {
     std::shared_ptr<const IgnoreRules> ignore;
 
     void record(std::string path, bool link, unsigned mode, double mtime, std::string data);
+    std::uint64_t bytes() const;
+    std::uint64_t opened_at = 0;  // order of opening in its sandbox
 };
 
 // .git and what lies below it, at any depth: never part of a diff, never applied.
@@ -47,7 +49,10 @@ bool is_git_internal(std::string_view path);
 
 class Baselines {
 public:
-    void put(const std::string& sandbox_id, std::shared_ptr<Baseline> baseline);  // replaces the one at its path
+    // Replaces the one at its path; the sandbox's others go, oldest first, while
+    // all of them together hold more than max_bytes (a sandbox holds at most one
+    // transfer's worth of the server's memory, however often it opens a project).
+    void put(const std::string& sandbox_id, std::shared_ptr<Baseline> baseline, std::uint64_t max_bytes);
     // The baseline of `path` in the sandbox; with `path` empty, its only one.
     // Throws ToolError naming the opened paths when there is none or a choice.
     std::shared_ptr<Baseline> get(const std::string& sandbox_id, const std::string& path) const;
@@ -56,6 +61,7 @@ public:
 
 private:
     std::map<std::string, std::map<std::string, std::shared_ptr<Baseline>>> by_sandbox_;
+    std::uint64_t opened_ = 0;
 };
 
 } // namespace cubicle::projects

@@ -72,7 +72,8 @@ asio::awaitable<std::string> Egress::join(std::string principal) {
     networks_[principal] = network;
     std::string failure;
     try {
-        network->id = co_await docker_.create_network(egress_network_config(network->name, instance_));
+        auto config = egress_network_config(network->name, instance_);
+        network->id = co_await docker_.create_network(std::move(config));
         // Under the same name on every network: the sandboxes' proxy settings are all alike.
         std::vector<std::string> aliases{proxy_alias};
         co_await docker_.connect_network(network->id, proxy_id_, std::move(aliases));
@@ -182,7 +183,8 @@ asio::awaitable<void> Egress::teardown() {
     co_await remove_proxy();
     // Every network of this instance, those a creation cut short included, all at once
     // (shutdown has a deadline).
-    auto ours = co_await docker_.list_networks(fmt::format("{}={}", label_instance, instance_));
+    auto of_this_instance = fmt::format("{}={}", label_instance, instance_);
+    auto ours = co_await docker_.list_networks(std::move(of_this_instance));
     std::vector<asio::awaitable<void>> removals;
     for (const auto& network : ours) removals.push_back(remove_network(network.id));
     co_await all_at_once(executor_, std::move(removals));

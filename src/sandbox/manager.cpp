@@ -364,8 +364,16 @@ asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
 }
 
 asio::awaitable<void> Manager::remove_container_of(std::shared_ptr<Sandbox> sandbox) {
-    co_await docker_.remove_container(sandbox->container_id());
+    // The sandbox leaves its network even when the removal fails: it is gone from
+    // the manager either way, and the network would outlive every sandbox on it.
+    std::exception_ptr failure;
+    try {
+        co_await docker_.remove_container(sandbox->container_id());
+    } catch (...) {
+        failure = std::current_exception();
+    }
     if (sandbox->spec().network) co_await egress_.leave(sandbox->owner());
+    if (failure) std::rethrow_exception(failure);
 }
 
 std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {

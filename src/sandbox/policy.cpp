@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "agent/protocol.h"
+#include "common/errors.hpp"
 #include "common/json.hpp"
 #include "sandbox/owner.hpp"
 
@@ -106,7 +107,9 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     if (!spec.network) w.field("NetworkDisabled", true);
 
     w.key("HostConfig").begin_object();
-    w.field("NetworkMode", !spec.network ? "none" : spec.network_name.empty() ? "bridge" : spec.network_name);
+    // A networked sandbox is on its principal's internal network, never on one with a way out.
+    if (spec.network && spec.network_name.empty()) throw ToolError("a sandbox with network has no egress network to join");
+    w.field("NetworkMode", spec.network ? spec.network_name : std::string("none"));
     w.key("CapDrop").begin_array().value("ALL").end_array();
     w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
     w.field("ReadonlyRootfs", true);

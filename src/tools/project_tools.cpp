@@ -73,7 +73,8 @@ asio::awaitable<std::vector<projects::Change>> changes_in(Env env, std::shared_p
     auto limits = transfer_limits(env.config);
     std::string list_script(list_copy);
     std::vector<std::string> list_args{baseline->path};
-    auto listed = co_await workspace_script(box, std::move(list_script), std::move(list_args), std::string(),
+    std::string no_input;
+    auto listed = co_await workspace_script(box, std::move(list_script), std::move(list_args), std::move(no_input),
                                             limits.max_entries * 4200);
     if (listed.status.truncated)
         throw ToolError(fmt::format("the project in the sandbox holds more than {} entries", limits.max_entries));
@@ -139,7 +140,9 @@ asio::awaitable<ToolResult> open_project(Env env, simdjson::dom::element argumen
     std::string script(replace_with_archive);
     std::vector<std::string> script_args{path};
     co_await workspace_script(box, std::move(script), std::move(script_args), std::move(packed.tar), 64 * 1024);
-    baselines(env)->put(box->id(), baseline);
+    // A sandbox stopped meanwhile keeps no baseline.
+    if (env.manager.find(box->id()) == nullptr) throw ToolError("the sandbox was stopped while the project was copied");
+    baselines(env)->put(box->id(), baseline, transfer_limits(env.config).max_bytes);
 
     json::Writer w;
     w.begin_object().field("path", path).field("host_path", host_path).field("files", packed.files);

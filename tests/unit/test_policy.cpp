@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/errors.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -87,8 +89,10 @@ TEST_F(PolicyTest, NoNetworkByDefault) {
 TEST_F(PolicyTest, NetworkWhenAsked) {
     auto s = spec();
     s.network = true;
+    EXPECT_THROW(config_for(s), ToolError);  // never the default bridge, which has a way out
+    s.network_name = "cubicle-egress-x";
     auto root = config_for(s);
-    EXPECT_EQ(str(root["HostConfig"]["NetworkMode"]), "bridge");
+    EXPECT_EQ(str(root["HostConfig"]["NetworkMode"]), "cubicle-egress-x");
     bool disabled = false;
     if (root["NetworkDisabled"].get(disabled) == simdjson::SUCCESS) {
         EXPECT_FALSE(disabled);
