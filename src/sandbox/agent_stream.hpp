@@ -31,7 +31,7 @@ public:
     // Until the agent connected (true) or said why it could not (false, error()).
     boost::asio::awaitable<bool> connected();
     // What the program wrote: at least one byte, or 0 at its end, or once the
-    // stream broke (error() then says why).
+    // stream broke and what arrived before is read (error() then says why).
     boost::asio::awaitable<std::size_t> read_some(char* data, std::size_t size);
     // Sends `data` to the program as the window allows; false once the stream broke.
     boost::asio::awaitable<bool> write(std::string_view data);

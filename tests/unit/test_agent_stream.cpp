@@ -146,5 +146,30 @@ TEST_F(AgentStreamTest, ClosingTheSandboxWakesReaders) {
     EXPECT_EQ(stream->error(), "sandbox sb-x stopped");
 }
 
+TEST_F(AgentStreamTest, EmptyDataIsNotTheEnd) {
+    auto stream = make();
+    stream->on_frame(FrameType::connected, "");
+    for (int i = 0; i < 1000; ++i) stream->on_frame(FrameType::data, "");  // nothing queued, no end read
+    stream->on_frame(FrameType::data, "answer");
+    stream->on_frame(FrameType::shut, "");
+    std::string out;
+    asio::co_spawn(io_, read_all(stream, &out), asio::detached);
+    io_.run();
+    EXPECT_EQ(out, "answer");
+    EXPECT_TRUE(stream->error().empty());
+}
+
+TEST_F(AgentStreamTest, WhatArrivedBeforeABreakIsStillRead) {
+    auto stream = make();
+    stream->on_frame(FrameType::connected, "");
+    stream->on_frame(FrameType::data, "HTTP/1.1 200 OK\r\n\r\nearly");
+    stream->on_frame(FrameType::shut, "reading from the program failed: Connection reset by peer");
+    std::string out;
+    asio::co_spawn(io_, read_all(stream, &out), asio::detached);
+    io_.run();
+    EXPECT_EQ(out, "HTTP/1.1 200 OK\r\n\r\nearly");
+    EXPECT_FALSE(stream->error().empty());
+}
+
 } // namespace
 } // namespace cubicle::sandbox
