@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <fmt/format.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -35,8 +37,14 @@ void AgentStream::fail(std::string why) {
 
 }
 
-asio::awaitable<bool> AgentStream::connected() {
-    while (!connected_ && !broken_) co_await changed_.async_wait(use_tuple);
+asio::awaitable<bool> AgentStream::connected(std::chrono::steady_clock::duration timeout) {
+    // Nobody else waits yet: the wake-up timer doubles as the deadline.
+    changed_.expires_after(timeout);
+    while (!connected_ && !broken_) {
+        auto [ec] = co_await changed_.async_wait(use_tuple);
+        if (!ec) abort(fmt::format("the sandbox's agent did not connect within {} s", std::chrono::ceil<std::chrono::seconds>(timeout).count()));
+    }
+    changed_.expires_at(asio::steady_timer::time_point::max());
     co_return connected_ && !broken_;
 }
 
