@@ -53,6 +53,7 @@ PreviewHead parse_preview_head(std::string_view bytes, bool head_request) {
     http::response_parser<http::empty_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(preview_head_limit));
     parser.skip(head_request);
+    parser.body_limit(boost::none);  // only the head is read here
     beast::error_code ec;
     result.consumed = parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
     if (ec == http::error::need_more && bytes.size() < preview_head_limit) return result;

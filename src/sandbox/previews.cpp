@@ -1,5 +1,6 @@
 #include "sandbox/previews.hpp"
 
+#include <optional>
 #include <set>
 
 #include <netinet/in.h>
@@ -156,14 +157,31 @@ asio::awaitable<void> refuse(std::shared_ptr<Connection> connection, std::string
     co_await answer_and_close(connection, "502 Bad Gateway", mcp::preview_unreachable(why));
 }
 
-// The first request's head, read whole (it goes to the program first): empty
-// when the client sent none in time or one without a Host naming this listener.
-asio::awaitable<std::string> first_head(std::shared_ptr<Connection> connection, unsigned short host_port) {
+// Whether the client's first bytes start an HTTP request line ("GET /"): yes, no,
+// or not known yet. Browsers (a DNS-rebinding page) speak nothing else.
+std::optional<bool> starts_http_request(std::string_view bytes) {
+    constexpr std::size_t longest_method = 20;
+    for (std::size_t i = 0; i < bytes.size() && i <= longest_method; ++i) {
+        if (bytes[i] == ' ') return i > 0;
+        if (bytes[i] < 'A' || bytes[i] > 'Z') return false;
+    }
+    if (bytes.size() > longest_method) return false;
+    return std::nullopt;
+}
+
+// What the client sent first, read before anything is relayed: an HTTP request
+// whole up to its head's end, whose Host must name this listener (DNS
+// rebinding); any other protocol as its first bytes. Empty (refused) when the
+// client sent nothing in time, or an HTTP head too long, broken or for another Host.
+asio::awaitable<std::string> first_bytes(std::shared_ptr<Connection> connection, unsigned short host_port) {
     asio::steady_timer deadline(connection->socket.get_executor());
     deadline.expires_after(first_head_timeout);
     std::string head;
     std::string buffer(4096, '\0');
-    while (head.find("\r\n\r\n") == std::string::npos) {
+    for (;;) {
+        auto http = starts_http_request(head);
+        if (http && !*http) co_return head;
+        if (http && head.find("\r\n\r\n") != std::string::npos) break;
         if (head.size() > mcp::preview_head_limit) co_return std::string();
         auto outcome = co_await (connection->socket.async_read_some(asio::buffer(buffer), use_tuple) || deadline.async_wait(use_tuple));
         if (outcome.index() == 1) co_return std::string();
@@ -174,6 +192,7 @@ asio::awaitable<std::string> first_head(std::shared_ptr<Connection> connection, 
     http_request_parser parser;
     parser.header_limit(static_cast<std::uint32_t>(mcp::preview_head_limit));
     parser.eager(false);
+    parser.body_limit(boost::none);  // only the head is read here
     boost::beast::error_code ec;
     parser.put(asio::buffer(head), ec);
     if (!parser.is_header_done() || !mcp::preview_host_allowed(parser.get()[boost::beast::http::field::host], host_port)) {
@@ -186,7 +205,7 @@ asio::awaitable<void> relay(std::shared_ptr<Previews::Listener> listener, std::s
     std::shared_ptr<AgentStream> stream;
     std::string refusal = "the sandbox stopped";
     boost::system::error_code closed;
-    auto head = co_await first_head(connection, listener->acceptor.local_endpoint(closed).port());
+    auto head = co_await first_bytes(connection, listener->acceptor.local_endpoint(closed).port());
     if (head.empty()) {
         if (!connection->closed) {
             co_await answer_and_close(connection, "421 Misdirected Request",
