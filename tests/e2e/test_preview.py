@@ -69,6 +69,15 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             time.sleep(1)
             self.close_connection = True
             return
+        if self.path == "/quiet":  # an event stream that says nothing; notes when its client is gone
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.flush()
+            self.connection.recv(1)
+            open("quiet-closed", "w").close()
+            self.close_connection = True
+            return
         if self.path.startswith("/headers"):
             body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
             self.send_response(200)
@@ -505,6 +514,8 @@ async def test_http_transport_preview(sandbox_image):
             seen = json.loads(body)
             assert seen["path"] == "/headers?x=1"
             assert not any(k.lower() == "authorization" for k in seen["headers"]), "the token stays with cubicle"
+            status, body = await asyncio.to_thread(get, base + "headers", {**alice, "Upgrade": "websocket", "Connection": "Upgrade"})
+            assert not any(k.lower() == "upgrade" for k in json.loads(body)["headers"]), "upgrades only through the loopback listener"
             # another principal: as unknown as a preview that does not exist
             assert (await asyncio.to_thread(get, base + "hello.txt", server.auth("bob")))[0] == 404
             assert (await asyncio.to_thread(get, base + "hello.txt"))[0] == 401
@@ -534,3 +545,36 @@ async def test_http_transport_preview(sandbox_image):
                                                                  "Accept": "application/json, text/event-stream"})
             assert conn.getresponse().status == 403
             conn.close()
+            # a client that leaves a quiet stream closes it in the sandbox too
+            with socket.create_connection(("127.0.0.1", server.port), 10) as quiet:
+                quiet.sendall(b"GET %squiet HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
+                              % (exposed["preview_path"].encode(), server.port, auth))
+                assert quiet.recv(100).startswith(b"HTTP/1.1 200")
+            for _ in range(100):
+                r = await call("run_command", {"sandbox_id": sid, "command": "test -e quiet-closed"})
+                if r["results"][0]["exit_code"] == 0:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the program's connection outlived the client's")
+
+
+async def test_http_transport_with_loopback_listeners(sandbox_image):
+    """--preview-listeners: over HTTP the loopback listener too, for websockets (any local user reaches it)."""
+    with HttpServer("--preview-listeners", tokens={"alice": "alice-token-listeners"}, tag="http-preview-listeners") as server:
+        async with server.sdk_session("alice") as session:
+            sid = (await session.call_tool("initialize_sandbox", {})).structured_content["sandbox_id"]
+            await session.call_tool("write_file", {"sandbox_id": sid, "path": "hello.txt", "content": "hi\n"})
+            await session.call_tool("run_command", {"sandbox_id": sid, "background": True,
+                                                    "command": "python3 -m http.server 8000 --bind 127.0.0.1"})
+            exposed = None
+            for _ in range(50):
+                exposed = (await session.call_tool("expose_port", {"sandbox_id": sid, "port": 8000})).structured_content
+                if (await asyncio.to_thread(get, exposed["url"] + "hello.txt"))[0] == 200:
+                    break
+                await asyncio.sleep(0.2)
+            assert exposed["preview_path"] == f"/mcp/preview/{sid}/8000/"
+            assert (await asyncio.to_thread(get, exposed["url"] + "hello.txt")) == (200, b"hi\n")
+            host_port = exposed["host_port"]
+    # the server's exit closed the sandbox's port with it
+    assert refused(host_port)
