@@ -173,6 +173,10 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
         {"--max-exposed-ports", "CUBICLE_MAX_EXPOSED_PORTS", "N", "most ports one sandbox may expose at once (expose_port)",
          [](Config& c, std::string_view v) { c.max_exposed_ports = parse_number("--max-exposed-ports", v, 1, 1024); }},
+        {"--preview-listeners", "CUBICLE_PREVIEW_LISTENERS", "",
+         "on the HTTP transport, expose_port also listens on the host's 127.0.0.1 (reachable by every local user, "
+         "past the principal check; off by default: previews go through the authenticated preview path. Always on over stdio)",
+         [](Config& c, std::string_view v) { c.preview_listeners = parse_bool("--preview-listeners", v); }},
         {"--egress-allow", "CUBICLE_EGRESS_ALLOW", "HOST[:PORT]",
          "only destination networked sandboxes may reach (repeatable; variable: comma-separated)",
          [](Config& c, std::string_view v) {

@@ -45,6 +45,9 @@ struct Config {
     int max_transfer_mb = 256;                 // per upload, download or file read/write
     int max_transfer_entries = 10000;          // files and directories per transfer
     int max_exposed_ports = 8;                 // expose_port listeners per sandbox
+    // expose_port also listens on the host's 127.0.0.1 over HTTP (any local user reaches those);
+    // over stdio that listener is the only way, so it is always there.
+    bool preview_listeners = false;
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     int max_egress_networks = 16;  // internal networks, one per principal with networked sandboxes (each a subnet of the Engine's pools)
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent

@@ -411,6 +411,8 @@ static struct exec *find_exec(uint32_t id)
     return NULL;
 }
 
+static int exec_id_taken(uint32_t id) { return find_exec(id) != NULL; }
+
 static void close_fd(int *fd)
 {
     if (*fd >= 0)
@@ -1322,7 +1324,7 @@ int main(int argc, char **argv)
     sweep_enabled = sandbox && getuid() != 0;
     setup();
     paths_init();
-    streams_init(send_frame);
+    streams_init(send_frame, exec_id_taken);
     if (sweep_enabled) {
         reset_snapshot();
         memory_init(memory_limit);

@@ -65,6 +65,8 @@
 #define CUBICLE_RUN_MARKER_ZYGOTE "0000000000"
 /* Flow control of streams (see above): DATA in flight per stream and direction. */
 #define CUBICLE_STREAM_WINDOW (1u << 20)
+/* The most one stream DATA frame carries, and the relays' read size. */
+#define CUBICLE_STREAM_CHUNK (64u * 1024)
 /* the largest payload either side accepts */
 #define CUBICLE_FRAME_MAX_PAYLOAD (64u << 20)
 

@@ -14,7 +14,6 @@
 #include "protocol.h"
 #include "wire.h"
 
-#define STREAM_CHUNK (64 * 1024)   /* the most one DATA frame carries */
 #define MAX_STREAMS 1024
 /* Credit goes back in batches: the peer still has most of a window, so it
  * never waits, and a small request costs no extra frame. */
@@ -31,14 +30,20 @@ struct stream {
     uint64_t unacked;       /* written to fd, credit not yet handed back */
     int peer_eof;           /* the server sent its SHUT: no more DATA */
     int wr_shut;            /* ... and we passed it on (shutdown SHUT_WR) */
+    int wr_failed;          /* the program stopped taking input: the server's bytes are dropped (and credited) */
     int rd_eof;             /* the program's end: we sent our SHUT */
     int dead;               /* freed by streams_reap */
 };
 
 static struct stream *streams;
 static stream_send_fn send_frame;
+static stream_id_taken_fn id_taken;
 
-void streams_init(stream_send_fn send) { send_frame = send; }
+void streams_init(stream_send_fn send, stream_id_taken_fn taken)
+{
+    send_frame = send;
+    id_taken = taken;
+}
 
 static struct stream *find(uint32_t id)
 {
@@ -100,7 +105,7 @@ static void hand_back_credit(struct stream *s, int all)
 
 static void end_if_done(struct stream *s)
 {
-    if (!s->dead && s->rd_eof && s->wr_shut)
+    if (!s->dead && s->rd_eof && s->wr_shut && (!s->wr_failed || s->peer_eof))
         forget(s);   /* both directions ended; the server knows both */
 }
 
@@ -115,10 +120,13 @@ static void flush(struct stream *s)
         if (n < 0 && errno == EAGAIN)
             break;
         if (n < 0) {
-            char why[128];
-            snprintf(why, sizeof why, "writing to the program failed: %s", strerror(errno));
-            abort_stream(s, why);
-            return;
+            /* A program that answered and closed (EPIPE) still has its answer on
+             * the way: end only this direction, keep reading what it wrote. */
+            s->unacked += s->qlen - s->qoff;
+            s->qoff = s->qlen;
+            s->wr_failed = 1;
+            s->wr_shut = 1;
+            break;
         }
         s->qoff += (size_t)n;
         s->unacked += (uint64_t)n;
@@ -142,7 +150,7 @@ static void handle_connect(uint32_t id, const unsigned char *payload, size_t len
         error_frame(id, "malformed CONNECT: port must be 1-65535");
         return;
     }
-    if (id == 0 || find(id)) {
+    if (id == 0 || find(id) || (id_taken && id_taken(id))) {
         error_frame(id, "stream id %u is reserved or in use", id);
         return;
     }
@@ -163,7 +171,8 @@ static void handle_connect(uint32_t id, const unsigned char *payload, size_t len
     int one = 1;
     if (s->fd >= 0)
         setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* requests are small */
-    if (s->fd < 0 || (connect(s->fd, (struct sockaddr *)&addr, sizeof addr) < 0 && errno != EINPROGRESS)) {
+    int rc = s->fd < 0 ? -1 : connect(s->fd, (struct sockaddr *)&addr, sizeof addr);
+    if (rc < 0 && (s->fd < 0 || errno != EINPROGRESS)) {
         if (errno == ECONNREFUSED)
             error_frame(id, "nothing listens on port %u in the sandbox", (unsigned)port);
         else
@@ -173,7 +182,7 @@ static void handle_connect(uint32_t id, const unsigned char *payload, size_t len
         free(s);
         return;
     }
-    s->connecting = errno == EINPROGRESS;
+    s->connecting = rc < 0;   /* EINPROGRESS: errno is stale after a connect that succeeded */
     s->next = streams;
     streams = s;
     if (!s->connecting)
@@ -183,6 +192,13 @@ static void handle_connect(uint32_t id, const unsigned char *payload, size_t len
 /* The server's bytes: queued, within the window we granted. */
 static void handle_data(struct stream *s, const unsigned char *data, size_t len)
 {
+    if (len == 0)
+        return;   /* nothing to queue (and realloc(q, 0) would free it) */
+    if (s->wr_failed && !s->peer_eof) {   /* the program takes no more: drop, but credit */
+        s->unacked += len;
+        hand_back_credit(s, 0);
+        return;
+    }
     if (s->peer_eof || s->qlen - s->qoff + len > CUBICLE_STREAM_WINDOW) {
         abort_stream(s, s->peer_eof ? "DATA after SHUT" : "DATA beyond the window");
         return;
@@ -267,11 +283,12 @@ static void finish_connect(struct stream *s)
     }
     s->connecting = 0;
     send_frame(CUBICLE_FRAME_CONNECTED, s->id, NULL, 0);
+    flush(s);   /* a SHUT that came while connecting, with nothing queued, goes on now */
 }
 
 static void pump_in(struct stream *s)
 {
-    static unsigned char buf[STREAM_CHUNK];
+    static unsigned char buf[CUBICLE_STREAM_CHUNK];
     size_t want = s->credit < sizeof buf ? (size_t)s->credit : sizeof buf;
     ssize_t n = recv(s->fd, buf, want, 0);
 

@@ -17,7 +17,10 @@
 struct stream;
 typedef void (*stream_send_fn)(uint8_t type, uint32_t id, const void *data, size_t len);
 
-void streams_init(stream_send_fn send);
+/* Whether an execution already uses the id (a stream may not take it). */
+typedef int (*stream_id_taken_fn)(uint32_t id);
+
+void streams_init(stream_send_fn send, stream_id_taken_fn taken);
 /* CONNECT, DATA, SHUT or WINDOW from the server. */
 void streams_handle(uint8_t type, uint32_t id, const unsigned char *payload, size_t len);
 /* Whether id names a live stream (an execution may not take it). */

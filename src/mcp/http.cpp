@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <deque>
@@ -22,12 +23,14 @@
 #include <boost/beast/ssl.hpp>
 #include <fmt/format.h>
 
+#include "agent/protocol.h"
 #include "auth/quotas.hpp"
 #include "common/base64.hpp"
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "mcp/preview_http.hpp"
 
 namespace cubicle::mcp {
 namespace {
@@ -235,7 +238,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     template <class Stream>
     asio::awaitable<bool> send(Stream& stream, Response response);
     template <class Stream>
-    asio::awaitable<bool> proxy_preview(Stream& stream, Request request, std::string principal, std::string_view rest);
+    asio::awaitable<bool> proxy_preview(Stream& stream, Request request, std::string principal, std::string rest);
+    template <class Stream>
+    asio::awaitable<void> relay_preview_response(Stream& stream, std::unique_ptr<PreviewStream> upstream, bool head_request,
+                                                 unsigned version);
+    template <class Stream>
+    asio::awaitable<void> client_gone(Stream& stream);
+    Response preview_failure(const Request& request, std::string_view why);
     Response make(const Request& request, http::status status, std::string body, std::string_view type = "application/json");
     std::string sse_header(const Request& request, const std::string& session_id);
     std::optional<Response> check_origin(const Request& request);
@@ -450,66 +459,134 @@ std::string HttpServer::Impl::sse_header(const Request& request, const std::stri
 }
 
 // {path}/preview/{sandbox_id}/{port}/REST: the request goes to the program as REST,
-// without the caller's credentials and with "Connection: close"; its answer comes
-// back byte for byte as the program writes it (chunked, SSE), then the connection
-// closes. Upgrades (websockets) are relayed only by the loopback listener.
+// without the caller's credentials, with "Connection: close" and without
+// Expect or Upgrade (websockets go through the loopback listener). Its answer
+// comes back with its head made safe (preview_http.hpp) and its body as the
+// program writes it (chunked, SSE), ended by its length or the program's close;
+// then the connection closes.
 template <class Stream>
-asio::awaitable<bool> HttpServer::Impl::proxy_preview(Stream& stream, Request request, std::string principal, std::string_view rest) {
-    auto slash = rest.find('/');
-    auto id = std::string(rest.substr(0, slash));
-    auto after_id = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-    auto port_end = after_id.find_first_of("/?");
-    auto port_text = after_id.substr(0, port_end);
-    unsigned port = 0;
-    auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (id.empty() || ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 || port > 65535) {
-        co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
-    }
-    auto upstream_target = std::string(port_end == std::string_view::npos ? std::string_view() : after_id.substr(port_end));
-    if (upstream_target.empty() || upstream_target.front() != '/') upstream_target.insert(0, "/");
+asio::awaitable<bool> HttpServer::Impl::proxy_preview(Stream& stream, Request request, std::string principal, std::string rest) {
+    auto target = parse_preview_target(rest);
+    if (!target) co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
     std::unique_ptr<PreviewStream> upstream;
     std::string failure;
     try {
-        upstream = co_await preview(std::move(principal), id, static_cast<unsigned short>(port));
+        upstream = co_await preview(std::move(principal), target->sandbox_id, target->port);
     } catch (const std::exception& e) {
         failure = e.what();
     }
     if (!upstream && failure.empty()) {  // another principal's preview is as unknown as none
         co_return co_await send(stream, make(request, http::status::not_found, rpc_error(-32600, "Not Found")));
     }
-    if (!upstream) {
-        auto response = make(request, http::status::bad_gateway, fmt::format("cubicle: the sandbox's port cannot be reached: {}\n", failure),
-                             "text/plain; charset=utf-8");
-        response.keep_alive(false);
-        co_return co_await send(stream, std::move(response));
-    }
-    request.target(upstream_target);
+    if (!upstream) co_return co_await send(stream, preview_failure(request, failure));
+    bool head_request = request.method() == http::verb::head;
+    request.target(target->rest);
     request.erase(http::field::authorization);  // the server's credential, not the program's
-    request.set("X-Forwarded-Prefix", fmt::format("{}/preview/{}/{}", settings.path, id, port));
+    for (auto field : {http::field::connection, http::field::keep_alive, http::field::expect, http::field::upgrade,
+                       http::field::proxy_authorization}) {
+        request.erase(field);
+    }
+    auto prefix = preview_path(settings.path, target->sandbox_id, target->port);
+    prefix.pop_back();
+    request.set("X-Forwarded-Prefix", prefix);
     request.keep_alive(false);
     request.prepare_payload();
     std::ostringstream head;
     head << request;
-    auto& lowest = beast::get_lowest_layer(stream);
-    lowest.expires_never();  // an event stream may stay quiet for long
     auto request_bytes = std::move(head).str();
     bool sent = co_await upstream->write(request_bytes);
-    if (!sent) co_return false;
-    std::string buffer(64 * 1024, '\0');
-    bool first = true;
-    for (;;) {
-        std::size_t n = co_await upstream->read_some(buffer.data(), buffer.size());
-        if (n == 0) break;
-        if (first) {  // counted by the program's status, when its first bytes say it ("HTTP/1.1 200 …")
-            first = false;
-            unsigned status = 0;
-            if (n >= 12 && std::string_view(buffer.data(), 7) == "HTTP/1.") std::from_chars(buffer.data() + 9, buffer.data() + 12, status);
-            if (status >= 100 && status <= 599) ++responses[status];
-        }
-        auto [write_ec, written] = co_await asio::async_write(stream, asio::buffer(buffer.data(), n), use_tuple);
-        if (write_ec) break;
+    if (!sent) co_return co_await send(stream, preview_failure(request, "the program's connection broke"));
+    beast::get_lowest_layer(stream).expires_never();  // an event stream may stay quiet for long
+    // The program's answer against the client leaving: a client gone from a quiet
+    // stream must not hold the stream open.
+    auto relayed = relay_preview_response(stream, std::move(upstream), head_request, request.version());
+    auto gone = client_gone(stream);
+    try {
+        co_await (std::move(relayed) || std::move(gone));
+    } catch (const std::exception&) {
     }
     co_return false;
+}
+
+Response HttpServer::Impl::preview_failure(const Request& request, std::string_view why) {
+    auto response = make(request, http::status::bad_gateway, preview_unreachable(why), "text/plain; charset=utf-8");
+    response.keep_alive(false);
+    return response;
+}
+
+// Ends when the client closes its connection (or sends more than the one request it may).
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::client_gone(Stream& stream) {
+    std::array<char, 512> sink{};
+    for (;;) {
+        auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+        if (ec) co_return;
+    }
+}
+
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::relay_preview_response(Stream& stream, std::unique_ptr<PreviewStream> upstream, bool head_request,
+                                                               unsigned version) {
+    // However it ends, the client's socket stops being watched (client_gone).
+    struct StopWatching {
+        Stream& stream;
+        ~StopWatching() {
+            boost::system::error_code ignored;
+            beast::get_lowest_layer(stream).socket().cancel(ignored);
+        }
+    } stop_watching{stream};
+    std::string buffer(CUBICLE_STREAM_CHUNK, '\0');
+    std::string pending;
+    PreviewHead parsed;
+    bool head_sent = false;
+    for (;;) {  // the head, after any interim (1xx) heads
+        parsed = parse_preview_head(pending, head_request);
+        if (parsed.outcome == PreviewHead::Outcome::done) {
+            if (parsed.status >= 100 && parsed.status <= 599) ++responses[parsed.status];
+            auto [ec, n] = co_await asio::async_write(stream, asio::buffer(parsed.head), use_tuple);
+            if (ec) co_return;
+            head_sent = true;
+            pending.erase(0, parsed.consumed);
+            if (parsed.status >= 200) break;
+            continue;
+        }
+        std::size_t n = parsed.outcome == PreviewHead::Outcome::malformed ? 0 : co_await upstream->read_some(buffer.data(), buffer.size());
+        if (n == 0) {
+            if (!head_sent) {
+                Request request{http::verb::get, "/", version};
+                auto why = parsed.outcome == PreviewHead::Outcome::malformed ? "the program's answer is not an HTTP response head"
+                                                                             : "the program closed without an answer";
+                auto response = preview_failure(request, why);
+                response.set(http::field::cache_control, "no-store");
+                response.prepare_payload();
+                ++responses[response.result_int()];
+                co_await http::async_write(stream, response, use_tuple);
+            }
+            co_return;
+        }
+        pending.append(buffer.data(), n);
+    }
+    // The body: its length, or until the program closes.
+    auto left = parsed.body_bytes;
+    auto relay = [&](std::string_view bytes) {
+        if (left) bytes = bytes.substr(0, static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), *left)));
+        if (left) *left -= bytes.size();
+        return bytes;
+    };
+    auto first = relay(pending);
+    if (!first.empty()) {
+        auto [ec, n] = co_await asio::async_write(stream, asio::buffer(first.data(), first.size()), use_tuple);
+        if (ec) co_return;
+    }
+    while (!left || *left > 0) {
+        std::size_t n = co_await upstream->read_some(buffer.data(), buffer.size());
+        if (n == 0) break;
+        auto bytes = relay(std::string_view(buffer.data(), n));
+        auto [ec, written] = co_await asio::async_write(stream, asio::buffer(bytes.data(), bytes.size()), use_tuple);
+        if (ec) break;
+    }
+    boost::system::error_code ignored;
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 template <class Stream>
@@ -563,8 +640,8 @@ asio::awaitable<bool> HttpServer::Impl::answer(Stream& stream, Request request) 
         principal = std::move(*who);
     }
     if (preview_path) {
-        auto rest = target.substr(preview_prefix.size());
-        co_return co_await proxy_preview(stream, std::move(request), std::move(principal), rest);
+        auto rest = std::string(target.substr(preview_prefix.size()));
+        co_return co_await proxy_preview(stream, std::move(request), std::move(principal), std::move(rest));
     }
     if (path == "/metrics") {
         co_return co_await send(stream, make(request, http::status::ok, metrics_text(), "text/plain; version=0.0.4"));

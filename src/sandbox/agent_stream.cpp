@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <fmt/format.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -11,7 +13,6 @@ namespace {
 
 namespace asio = boost::asio;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr std::size_t max_data_frame = 64 * 1024;
 // Credit goes back in batches, like the agent's: the agent still holds most of a
 // window, so it never waits, and a small answer costs no extra frame.
 constexpr std::uint64_t window_batch = CUBICLE_STREAM_WINDOW / 4;
@@ -32,18 +33,24 @@ void AgentStream::fail(std::string why) {
     if (broken_) return;
     broken_ = true;
     error_ = std::move(why);
-    incoming_.clear();
-    wake();
+    wake();  // what arrived before stays readable: a program may answer, then break
+
 }
 
-asio::awaitable<bool> AgentStream::connected() {
-    while (!connected_ && !broken_) co_await changed_.async_wait(use_tuple);
+asio::awaitable<bool> AgentStream::connected(std::chrono::steady_clock::duration timeout) {
+    // Nobody else waits yet: the wake-up timer doubles as the deadline.
+    changed_.expires_after(timeout);
+    while (!connected_ && !broken_) {
+        auto [ec] = co_await changed_.async_wait(use_tuple);
+        if (!ec) abort(fmt::format("the sandbox's agent did not connect within {} s", std::chrono::ceil<std::chrono::seconds>(timeout).count()));
+    }
+    changed_.expires_at(asio::steady_timer::time_point::max());
     co_return connected_ && !broken_;
 }
 
 asio::awaitable<std::size_t> AgentStream::read_some(char* data, std::size_t size) {
     while (incoming_.empty() && !read_eof_ && !broken_) co_await changed_.async_wait(use_tuple);
-    if (incoming_.empty() || broken_) co_return 0;
+    if (incoming_.empty()) co_return 0;
     std::size_t n = 0;
     while (n < size && !incoming_.empty()) {
         auto& front = incoming_.front();
@@ -57,7 +64,7 @@ asio::awaitable<std::size_t> AgentStream::read_some(char* data, std::size_t size
         }
     }
     unacked_ += n;
-    if (unacked_ >= window_batch) {
+    if (unacked_ >= window_batch && !broken_) {
         buffered_ -= unacked_;
         send_(agent::encode(agent::FrameType::window, id_, std::to_string(unacked_)));
         unacked_ = 0;
@@ -69,7 +76,7 @@ asio::awaitable<bool> AgentStream::write(std::string_view data) {
     while (!data.empty()) {
         while (credit_ == 0 && !broken_) co_await changed_.async_wait(use_tuple);
         if (broken_ || write_shut_) co_return false;
-        std::size_t n = std::min({data.size(), max_data_frame, static_cast<std::size_t>(credit_)});
+        std::size_t n = std::min({data.size(), std::size_t{CUBICLE_STREAM_CHUNK}, static_cast<std::size_t>(credit_)});
         send_(agent::encode(agent::FrameType::data, id_, data.substr(0, n)));
         credit_ -= n;
         data.remove_prefix(n);
@@ -102,7 +109,8 @@ void AgentStream::on_frame(agent::FrameType type, std::string payload) {
         fail(std::move(payload));
         break;
     case FrameType::data:
-        if (read_eof_ || broken_) break;
+        // Empty DATA carries nothing (queued, it would read as the end of the stream).
+        if (read_eof_ || broken_ || payload.empty()) break;
         buffered_ += payload.size();
         if (buffered_ > CUBICLE_STREAM_WINDOW) {  // an agent past its window: never buffer without bound
             abort("DATA beyond the window");

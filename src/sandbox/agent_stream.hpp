@@ -5,6 +5,7 @@
 // agent, and its frames take turns with everything else on that connection.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,10 +29,11 @@ public:
     AgentStream& operator=(const AgentStream&) = delete;
 
     std::uint32_t id() const { return id_; }
-    // Until the agent connected (true) or said why it could not (false, error()).
-    boost::asio::awaitable<bool> connected();
+    // Until the agent connected (true) or said why it could not, or `timeout`
+    // passed (false, error(); the stream is aborted then).
+    boost::asio::awaitable<bool> connected(std::chrono::steady_clock::duration timeout);
     // What the program wrote: at least one byte, or 0 at its end, or once the
-    // stream broke (error() then says why).
+    // stream broke and what arrived before is read (error() then says why).
     boost::asio::awaitable<std::size_t> read_some(char* data, std::size_t size);
     // Sends `data` to the program as the window allows; false once the stream broke.
     boost::asio::awaitable<bool> write(std::string_view data);

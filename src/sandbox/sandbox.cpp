@@ -24,6 +24,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // presumed wedged and the container is given up.
 constexpr auto watchdog_grace = std::chrono::seconds(10);
 constexpr std::size_t max_agent_log = 4096;
+// How long the agent may take to connect a preview stream to the sandbox's port (it dials its own loopback).
+constexpr auto stream_connect_timeout = std::chrono::seconds(10);
 constexpr std::size_t diagnostics_buffer = 1024;  // the attach stream's read buffer once a channel carries the frames
 // Stdin up to this size rides in the RUN frame; more (an upload's archive may be
 // larger than a frame can be) goes in STDIN frames after a START. Either way the
@@ -292,7 +294,7 @@ asio::awaitable<std::shared_ptr<AgentStream>> Sandbox::open_stream(unsigned shor
     auto stream = std::make_shared<AgentStream>(executor_, stream_id, std::move(sender));
     streams_[stream_id] = stream;
     send_frame(agent::encode(agent::FrameType::connect, stream_id, std::to_string(port)));
-    bool ok = co_await stream->connected();
+    bool ok = co_await stream->connected(stream_connect_timeout);
     if (!ok) {
         streams_.erase(stream_id);
         throw ToolError(stream->error());

@@ -4,6 +4,7 @@
 
 #include "common/json.hpp"
 #include "mcp/http.hpp"
+#include "mcp/preview_http.hpp"
 #include "sandbox/previews.hpp"
 #include "tools/args.hpp"
 #include "tools/support.hpp"
@@ -26,12 +27,18 @@ asio::awaitable<ToolResult> expose_port(Env env, simdjson::dom::element argument
     auto box = env.manager.get(id, context->principal());
     auto port = port_argument(args);
     if (auto refusal = box->relay_refusal(); !refusal.empty()) throw ToolError(refusal);
-    auto host_port = box->previews().expose(box, port, static_cast<std::size_t>(env.config.max_exposed_ports));
+    // Over HTTP the authenticated preview path serves it; a loopback listener, which
+    // every local user reaches, only if the operator asks (over stdio it is the only way).
+    bool http = env.config.transport == "http";
+    bool listen = !http || env.config.preview_listeners;
+    auto host_port = box->previews().expose(box, port, static_cast<std::size_t>(env.config.max_exposed_ports), listen);
     json::Writer w;
     w.begin_object().field("sandbox_id", id).field("port", static_cast<std::int64_t>(port));
-    w.field("host_port", static_cast<std::int64_t>(host_port));
-    w.field("url", fmt::format("http://127.0.0.1:{}/", host_port));
-    w.field("preview_path", fmt::format("{}/preview/{}/{}/", env.config.http_path, id, port));
+    if (host_port != 0) {
+        w.field("host_port", static_cast<std::int64_t>(host_port));
+        w.field("url", fmt::format("http://127.0.0.1:{}/", host_port));
+    }
+    if (http) w.field("preview_path", mcp::preview_path(env.config.http_path, id, port));
     w.end_object();
     co_return structured(w.take());
 }

@@ -166,3 +166,38 @@ def test_exec_id_of_a_live_stream_is_taken(agent, listener):
     ftype, _, payload = agent.wait_for(lambda f: f[1] == 30 and f[0] in (ERROR, EXIT))
     assert ftype == ERROR and b"in use" in payload
     conn.close()
+
+
+def test_empty_data_is_ignored(agent, listener):
+    """Zero-length DATA queues nothing (once freed the queue: a double free at the abort)."""
+    conn = open_stream(agent, listener, 31)
+    agent.send(DATA, 31, b"abc")
+    assert conn.recv(10) == b"abc"
+    for _ in range(3):
+        agent.send(DATA, 31, b"")
+    agent.send(DATA, 31, b"def")
+    assert conn.recv(10) == b"def"
+    agent.send(SHUT, 31, b"the client went away")
+    assert conn.recv(10) == b""
+    assert agent.ping()
+    conn.close()
+
+
+def test_half_close_while_connecting_is_passed_on(agent, listener):
+    agent.send(CONNECT, 32, port_of(listener))
+    agent.send(SHUT, 32)   # at once, nothing queued: the program still sees its EOF
+    conn, _ = listener.accept()
+    conn.settimeout(10)
+    assert agent.wait_for(lambda f: f[1] == 32)[:2] == (CONNECTED, 32)
+    assert conn.recv(10) == b""
+    conn.close()
+    assert agent.wait_for(lambda f: f[1] == 32) == (SHUT, 32, b"")
+    assert agent.ping()
+
+
+def test_stream_id_of_a_live_run_is_taken(agent, listener):
+    agent.run(33, ["sleep", "2"])
+    agent.send(CONNECT, 33, port_of(listener))
+    ftype, _, payload = agent.wait_for(lambda f: f[1] == 33 and f[0] in (ERROR, CONNECTED))
+    assert ftype == ERROR and b"in use" in payload
+    assert agent.collect(33).exit.code == 0

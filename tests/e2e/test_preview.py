@@ -60,6 +60,24 @@ class Handler(http.server.SimpleHTTPRequestHandler):
                 time.sleep(0.1)
             self.wfile.write(b"0\r\n\r\n")
             return
+        if self.path == "/smuggle":  # a head cubicle must not pass on, and a second response after the body
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nSet-Cookie: sid=stolen\r\n"
+                             b"Service-Worker-Allowed: /\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+                             b"Keep-Alive: timeout=5\r\n\r\nhello"
+                             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad")
+            self.wfile.flush()
+            time.sleep(1)
+            self.close_connection = True
+            return
+        if self.path == "/quiet":  # an event stream that says nothing; notes when its client is gone
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.flush()
+            self.connection.recv(1)
+            open("quiet-closed", "w").close()
+            self.close_connection = True
+            return
         if self.path.startswith("/headers"):
             body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
             self.send_response(200)
@@ -115,6 +133,23 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 '''
 
+# Answers as soon as it has the head, then closes without reading the body.
+EARLY_PY = r'''
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+while True:
+    c, _ = s.accept()
+    head = b""
+    while b"\r\n\r\n" not in head and (d := c.recv(1)):  # the port probe sends nothing
+        head += d
+    if head:
+        c.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+    c.close()
+'''
+
 WAIT_FOR_PORT = r'''
 import socket, sys, time
 for _ in range(200):
@@ -152,6 +187,7 @@ async def start_servers(call, sid: str) -> None:
     await call("write_file", {"sandbox_id": sid, "path": "echo.py", "content": ECHO_PY})
     await call("write_file", {"sandbox_id": sid, "path": "upgrade.py", "content": UPGRADE_PY})
     await call("write_file", {"sandbox_id": sid, "path": "wait_port.py", "content": WAIT_FOR_PORT})
+    await call("write_file", {"sandbox_id": sid, "path": "early.py", "content": EARLY_PY})
     await call("write_file", {"sandbox_id": sid, "path": "hello.txt", "content": "hello through the relay\n"})
     for command in ("python3 -m http.server 8000 --bind 127.0.0.1", "python3 serve.py 8001", "python3 echo.py 8002",
                     "python3 upgrade.py 8003"):
@@ -188,7 +224,7 @@ async def test_get_through_the_relay(srv, box):
     exposed = await srv.ok("expose_port", {"sandbox_id": sid, "port": 8000})
     assert exposed["url"] == f"http://127.0.0.1:{exposed['host_port']}/"
     assert exposed["host_port"] == box["ports"][8000], "exposing a port again gives the same listener"
-    assert exposed["preview_path"] == f"/mcp/preview/{sid}/8000/"
+    assert "preview_path" not in exposed, "over stdio nothing serves a preview path"
     status, body = await asyncio.to_thread(get, exposed["url"] + "hello.txt")
     assert (status, body) == (200, b"hello through the relay\n")
     network = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
@@ -298,7 +334,7 @@ async def test_any_protocol_and_half_close(box):
 
 def upgrade_and_echo(port: int) -> list[bytes]:
     with socket.create_connection(("127.0.0.1", port), 10) as s:
-        s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" % port)
         head = b""
         while b"\r\n\r\n" not in head:
             head += s.recv(1)
@@ -347,6 +383,56 @@ async def test_limit_and_unexpose(srv, box):
     box["ports"][8002] = (await srv.ok("expose_port", {"sandbox_id": sid, "port": 8002}))["host_port"]
 
 
+def raw_request(port: int, request: bytes, timeout: float = 30) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout) as s:
+        s.sendall(request)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        return got
+
+
+async def test_host_is_checked(box):
+    """DNS rebinding: a page whose name resolves to 127.0.0.1 still sends its own name in Host."""
+    port = box["ports"][8000]
+    rebound = await asyncio.to_thread(raw_request, port, b"GET /hello.txt HTTP/1.1\r\nHost: evil.example:%d\r\n\r\n" % port)
+    assert rebound.startswith(b"HTTP/1.1 421 "), rebound
+    for host in (b"localhost:%d" % port, b"127.0.0.1:%d" % port):
+        ok = await asyncio.to_thread(raw_request, port, b"GET /hello.txt HTTP/1.0\r\nHost: %s\r\n\r\n" % host)
+        assert ok.startswith(b"HTTP/1.0 200 ") and ok.endswith(b"hello through the relay\n"), ok
+
+
+async def test_an_early_answer_reaches_the_client(srv, box):
+    """The program answers before the upload ends and closes: the agent's write fails, the answer still arrives."""
+    sid = box["sandbox_id"]
+    await srv.ok("run_command", {"sandbox_id": sid, "command": "python3 early.py 8004", "background": True})
+    await srv.sh(sid, "python3 wait_port.py 8004")
+    exposed = await srv.ok("expose_port", {"sandbox_id": sid, "port": 8004})
+    try:
+        port = exposed["host_port"]
+        body = b"x" * (8 << 20)
+
+        def post() -> bytes:
+            with socket.create_connection(("127.0.0.1", port), 30) as s:
+                s.sendall(b"POST /up HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d\r\n\r\n" % (port, len(body)))
+                try:
+                    s.sendall(body)
+                except OSError:
+                    pass  # the relay may close its side once the program's answer is through
+                got = b""
+                try:
+                    while chunk := s.recv(65536):
+                        got += chunk
+                except ConnectionResetError:
+                    pass
+                return got
+
+        got = await asyncio.to_thread(post)
+        assert got.startswith(b"HTTP/1.1 413 ") and got.endswith(b"too big\n"), got[:200]
+    finally:
+        await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 8004})
+
+
 async def test_bad_arguments(srv, box):
     sid = box["sandbox_id"]
     for port in (0, 65536, -1):
@@ -362,7 +448,7 @@ async def test_closed_when_the_sandbox_stops(srv, sandbox_image):
     port = (await srv.ok("expose_port", {"sandbox_id": sid, "port": 8001}))["host_port"]
     # an event stream open while the sandbox stops ends, and the port closes
     stream = socket.create_connection(("127.0.0.1", port), 10)
-    stream.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    stream.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
     assert stream.recv(100).startswith(b"HTTP/1.")
     await srv.ok("stop_sandbox", {"sandbox_id": sid})
     stream.settimeout(10)
@@ -428,6 +514,8 @@ async def test_http_transport_preview(sandbox_image):
             seen = json.loads(body)
             assert seen["path"] == "/headers?x=1"
             assert not any(k.lower() == "authorization" for k in seen["headers"]), "the token stays with cubicle"
+            status, body = await asyncio.to_thread(get, base + "headers", {**alice, "Upgrade": "websocket", "Connection": "Upgrade"})
+            assert not any(k.lower() == "upgrade" for k in json.loads(body)["headers"]), "upgrades only through the loopback listener"
             # another principal: as unknown as a preview that does not exist
             assert (await asyncio.to_thread(get, base + "hello.txt", server.auth("bob")))[0] == 404
             assert (await asyncio.to_thread(get, base + "hello.txt"))[0] == 401
@@ -438,7 +526,55 @@ async def test_http_transport_preview(sandbox_image):
             assert len(events) == 4 and events[0][0] < events[-1][1], events
             status, body = await asyncio.to_thread(get, base + "chunked", alice)
             assert (status, body) == (200, b"one,two,three")
+            # no loopback listener over HTTP (any local user could reach it) unless the operator asks
+            assert "host_port" not in exposed and "url" not in exposed
+            # the page is sandboxed (origin "null"), keeps no cookie or worker scope on the server's origin,
+            # and one response is all that comes back
+            auth = "".join(f"{k}: {v}\r\n" for k, v in alice.items()).encode()
+            answer = await asyncio.to_thread(raw_request, server.port, b"GET %ssmuggle HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s"
+                                             b"Connection: keep-alive\r\n\r\n" % (exposed["preview_path"].encode(), server.port, auth))
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            fields = [line.lower() for line in head.split(b"\r\n")[1:]]
+            assert b"content-security-policy: sandbox" in fields, head
+            assert b"connection: close" in fields, head
+            assert not any(f.startswith((b"set-cookie", b"service-worker-allowed", b"keep-alive", b"x-hop")) for f in fields), head
+            assert rest == b"hello", answer
+            # what a sandboxed page sends: Origin null, refused by /mcp
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("POST", "/mcp", body=b"{}", headers={**alice, "Origin": "null", "Content-Type": "application/json",
+                                                                 "Accept": "application/json, text/event-stream"})
+            assert conn.getresponse().status == 403
+            conn.close()
+            # a client that leaves a quiet stream closes it in the sandbox too
+            with socket.create_connection(("127.0.0.1", server.port), 10) as quiet:
+                quiet.sendall(b"GET %squiet HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
+                              % (exposed["preview_path"].encode(), server.port, auth))
+                assert quiet.recv(100).startswith(b"HTTP/1.1 200")
+            for _ in range(100):
+                r = await call("run_command", {"sandbox_id": sid, "command": "test -e quiet-closed"})
+                if r["results"][0]["exit_code"] == 0:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the program's connection outlived the client's")
+
+
+async def test_http_transport_with_loopback_listeners(sandbox_image):
+    """--preview-listeners: over HTTP the loopback listener too, for websockets (any local user reaches it)."""
+    with HttpServer("--preview-listeners", tokens={"alice": "alice-token-listeners"}, tag="http-preview-listeners") as server:
+        async with server.sdk_session("alice") as session:
+            sid = (await session.call_tool("initialize_sandbox", {})).structured_content["sandbox_id"]
+            await session.call_tool("write_file", {"sandbox_id": sid, "path": "hello.txt", "content": "hi\n"})
+            await session.call_tool("run_command", {"sandbox_id": sid, "background": True,
+                                                    "command": "python3 -m http.server 8000 --bind 127.0.0.1"})
+            exposed = None
+            for _ in range(50):
+                exposed = (await session.call_tool("expose_port", {"sandbox_id": sid, "port": 8000})).structured_content
+                if (await asyncio.to_thread(get, exposed["url"] + "hello.txt"))[0] == 200:
+                    break
+                await asyncio.sleep(0.2)
+            assert exposed["preview_path"] == f"/mcp/preview/{sid}/8000/"
+            assert (await asyncio.to_thread(get, exposed["url"] + "hello.txt")) == (200, b"hi\n")
             host_port = exposed["host_port"]
-            assert (await asyncio.to_thread(get, f"http://127.0.0.1:{host_port}/hello.txt"))[0] == 200
     # the server's exit closed the sandbox's port with it
     assert refused(host_port)

@@ -98,7 +98,7 @@ TEST_F(AgentStreamTest, DataBeyondTheWindowAborts) {
 TEST_F(AgentStreamTest, RefusedConnectionSaysWhy) {
     auto stream = make();
     bool connected = true;
-    auto wait = [](std::shared_ptr<AgentStream> s, bool* ok) -> asio::awaitable<void> { *ok = co_await s->connected(); };
+    auto wait = [](std::shared_ptr<AgentStream> s, bool* ok) -> asio::awaitable<void> { *ok = co_await s->connected(std::chrono::seconds(10)); };
     asio::co_spawn(io_, wait(stream, &connected), asio::detached);
     io_.poll();
     stream->on_frame(FrameType::error, "nothing listens on port 8000 in the sandbox");
@@ -144,6 +144,43 @@ TEST_F(AgentStreamTest, ClosingTheSandboxWakesReaders) {
     io_.poll();
     EXPECT_TRUE(finished);
     EXPECT_EQ(stream->error(), "sandbox sb-x stopped");
+}
+
+TEST_F(AgentStreamTest, AnAgentThatNeverConnectsTimesOut) {
+    auto stream = make();
+    bool connected = true;
+    auto wait = [](std::shared_ptr<AgentStream> s, bool* ok) -> asio::awaitable<void> { *ok = co_await s->connected(std::chrono::milliseconds(20)); };
+    asio::co_spawn(io_, wait(stream, &connected), asio::detached);
+    io_.run_for(std::chrono::seconds(5));
+    EXPECT_FALSE(connected);
+    EXPECT_NE(stream->error().find("did not connect"), std::string::npos);
+    EXPECT_TRUE(stream->finished());
+    EXPECT_EQ(sent_->frames.back().type, FrameType::shut);  // the agent forgets it too
+}
+
+TEST_F(AgentStreamTest, EmptyDataIsNotTheEnd) {
+    auto stream = make();
+    stream->on_frame(FrameType::connected, "");
+    for (int i = 0; i < 1000; ++i) stream->on_frame(FrameType::data, "");  // nothing queued, no end read
+    stream->on_frame(FrameType::data, "answer");
+    stream->on_frame(FrameType::shut, "");
+    std::string out;
+    asio::co_spawn(io_, read_all(stream, &out), asio::detached);
+    io_.run();
+    EXPECT_EQ(out, "answer");
+    EXPECT_TRUE(stream->error().empty());
+}
+
+TEST_F(AgentStreamTest, WhatArrivedBeforeABreakIsStillRead) {
+    auto stream = make();
+    stream->on_frame(FrameType::connected, "");
+    stream->on_frame(FrameType::data, "HTTP/1.1 200 OK\r\n\r\nearly");
+    stream->on_frame(FrameType::shut, "reading from the program failed: Connection reset by peer");
+    std::string out;
+    asio::co_spawn(io_, read_all(stream, &out), asio::detached);
+    io_.run();
+    EXPECT_EQ(out, "HTTP/1.1 200 OK\r\n\r\nearly");
+    EXPECT_FALSE(stream->error().empty());
 }
 
 } // namespace
