@@ -15,7 +15,7 @@ RUN printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*
     && mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libfmt9 libsimdjson14 \
-        libboost-filesystem1.81.0 libstdc++6 ca-certificates \
+        libboost-filesystem1.81.0 libgit2-1.5 libstdc++6 ca-certificates \
     && groupadd --gid 1000 sandbox \
     && useradd --uid 1000 --gid 1000 --home-dir /workspace --no-create-home --shell /bin/bash sandbox \
     && mkdir -p /workspace && chown 1000:1000 /workspace && chmod 0755 /workspace \

@@ -455,22 +455,6 @@ asio::awaitable<ToolResult> clean_workspace(Env env, simdjson::dom::element argu
 // ---- upload_file / download_file ----------------------------------------------
 
 
-// A host transfer's destination inside the sandbox never passes through a symbolic
-// link. Where the sandbox user extracts the upload (extract_as_sandbox_user) this is
-// no longer what keeps it in bounds, since tar cannot write where that user could
-// not, but it keeps the behaviour of every path alike: an upload replaces what is
-// at its destination and never lands where a link points. Where the Engine's
-// archive API extracts (as root, following links: into another workspace's
-// directory, or the agent's volume) it is the guard; checked as the sandbox user
-// just before the upload, so a program running at that very moment could still
-// swap a link in between (the README says so).
-constexpr std::string_view no_link_on_the_way = R"SH(
-        p=$1
-        while [ "$p" != . ]; do
-            if [ -L "$p" ]; then echo "$p is a symbolic link; host transfers never pass through one" >&2; exit 2; fi
-            p=$(dirname -- "$p")
-        done
-)SH";
 
 // The upload's archive (stdin) is unpacked by tar running as the sandbox user, so
 // it reaches nothing that user could not. The archive is cubicle's own (relative

@@ -51,6 +51,23 @@ inline std::string base_name(std::string_view path) {
     return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
+// A host transfer's destination inside the sandbox never passes through a symbolic
+// link. Where the sandbox user extracts the upload (extract_as_sandbox_user) this is
+// no longer what keeps it in bounds, since tar cannot write where that user could
+// not, but it keeps the behaviour of every path alike: an upload replaces what is
+// at its destination and never lands where a link points. Where the Engine's
+// archive API extracts (as root, following links: into another workspace's
+// directory, or the agent's volume) it is the guard; checked as the sandbox user
+// just before the upload, so a program running at that very moment could still
+// swap a link in between (the README says so).
+inline constexpr std::string_view no_link_on_the_way = R"SH(
+        p=$1
+        while [ "$p" != . ]; do
+            if [ -L "$p" ]; then echo "$p is a symbolic link; host transfers never pass through one" >&2; exit 2; fi
+            p=$(dirname -- "$p")
+        done
+)SH";
+
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
 
 // Docker failures (daemon down, image refused) are results the model can act on.
