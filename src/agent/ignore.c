@@ -160,9 +160,12 @@ int ignore_parse(struct ignore_list *list, const char *text, size_t len)
                 return -1;
             list->rules = grown;
         }
-        rule.pattern = strndup(b, (size_t)(e - b));
+        /* not strndup: the text need not end in a NUL, and strndup may look for one past e */
+        rule.pattern = malloc((size_t)(e - b) + 1);
         if (!rule.pattern)
             return -1;
+        memcpy(rule.pattern, b, (size_t)(e - b));
+        rule.pattern[e - b] = '\0';
         list->rules[list->count++] = rule;
     }
     return 0;

@@ -34,8 +34,9 @@ void pad(std::string& out) { out.append((block - out.size() % block) % block, '\
 void TarWriter::header(std::string_view name, char type, std::uint64_t size, unsigned mode, unsigned uid, unsigned gid,
                        std::int64_t mtime, std::string_view link) {
     char h[block] = {};
-    std::memcpy(h, name.data(), std::min(name.size(), max_name));
-    std::memcpy(h + 157, link.data(), std::min(link.size(), max_name));
+    // An empty view's data() may be null, which memcpy may not be given even for 0 bytes.
+    if (!name.empty()) std::memcpy(h, name.data(), std::min(name.size(), max_name));
+    if (!link.empty()) std::memcpy(h + 157, link.data(), std::min(link.size(), max_name));
     put_octal(h + 100, 8, mode & 0777);
     put_octal(h + 108, 8, uid);
     put_octal(h + 116, 8, gid);
