@@ -25,8 +25,6 @@ namespace asio = boost::asio;
 using mcp::ToolResult;
 using sandbox::Sandbox;
 
-
-
 // The project's place in the workspace: never the workspace itself or cubicle's own .cubicle.
 std::string project_path(std::string_view asked) {
     auto path = files::workspace_path(asked);
