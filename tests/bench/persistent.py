@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +36,7 @@ async def ok(server: bench.Server, tool: str, args: dict) -> bench.Reply:
 
 
 async def run(binary: Path, count: int, work: Path) -> list[bench.Row]:
-    args = ["--pool-size", "0", "--state-dir", str(work / "state")]
+    args = ["--pool-size", "0", "--state-dir", str(work / "state"), "--max-saved-sandboxes", str(count)]
     names = [f"bench-{i:02d}" for i in range(count)]
     first = bench.Server("first", binary, args, work)
     image = None
@@ -91,7 +92,16 @@ def main() -> int:
     parser.add_argument("--sandboxes", type=int, default=20)
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-persistent-") as work:
-        rows = asyncio.run(run(opts.binary, opts.sandboxes, Path(work)))
+        try:
+            rows = asyncio.run(run(opts.binary, opts.sandboxes, Path(work)))
+        finally:
+            # What a failed run left: the volumes of this run's store.
+            store = Path(work) / "state" / "store.id"
+            if store.exists():
+                label = f"label=io.cubicle.store={store.read_text().strip()}"
+                names = subprocess.run(["docker", "volume", "ls", "-q", "--filter", label], capture_output=True, text=True).stdout.split()
+                if names:
+                    subprocess.run(["docker", "volume", "rm", "-f", *names], capture_output=True)
     print(f"{opts.binary}, {opts.sandboxes} persistent sandboxes across one restart\n")
     print(bench.render(rows))
     return 0
