@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <csignal>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
