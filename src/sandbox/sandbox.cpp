@@ -635,7 +635,7 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
 
 // ---- checkpoints (agent/checkpoint.h) ------------------------------------------
 
-asio::awaitable<std::shared_ptr<Sandbox::Pending>> Sandbox::interpreter_exchange(const std::string& language,
+asio::awaitable<std::shared_ptr<Sandbox::Pending>> Sandbox::interpreter_exchange(std::string language,
                                                                                  std::function<void(std::uint32_t, std::uint32_t)> send) {
     constexpr auto exchange_timeout = std::chrono::seconds(60);
     if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));

@@ -197,7 +197,7 @@ private:
     std::string memory_limit_note() const;
     // Sends a request to a live interpreter between cells (`send` gets its exec id
     // and an id for the agent's refusal) and waits for its control line.
-    asio::awaitable<std::shared_ptr<Pending>> interpreter_exchange(const std::string& language,
+    asio::awaitable<std::shared_ptr<Pending>> interpreter_exchange(std::string language,
                                                                    std::function<void(std::uint32_t, std::uint32_t)> send);
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 

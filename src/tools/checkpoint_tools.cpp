@@ -1,5 +1,6 @@
 // checkpoint_session and restore_checkpoint: undo for a sandbox's Python interpreter,
 // its whole memory kept as a parked copy-on-write fork (agent/checkpoint.h).
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 
