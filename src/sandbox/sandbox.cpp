@@ -734,7 +734,18 @@ asio::awaitable<Checkpoint> Sandbox::restore_checkpoint(std::string checkpoint_i
     std::function<void(std::uint32_t, std::uint32_t)> send = [&](std::uint32_t exec_id, std::uint32_t request_id) {
         send_frame(agent::encode(agent::FrameType::restore, request_id, fmt::format("{} {}", exec_id, wanted.pid)));
     };
-    auto op = co_await interpreter_exchange(wanted.language, std::move(send));
+    std::shared_ptr<Pending> op;
+    std::string refused;
+    try {
+        op = co_await interpreter_exchange(wanted.language, std::move(send));
+    } catch (const ToolError& e) {
+        refused = e.what();
+    }
+    if (!op) {
+        // A copy killed (at the memory limit, by a program) is forgotten once a restore finds it gone.
+        if (refused.find("parked copy is gone") != std::string::npos) checkpoints_.replace_pid(checkpoint_id, 0);
+        throw ToolError(refused);
+    }
     std::istringstream line(op->control);
     int status = 1, figures = 0, pid = 0;
     line >> status >> figures >> pid;

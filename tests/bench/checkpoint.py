@@ -47,7 +47,7 @@ async def measure(server, sid: str, rounds: int, ckpt: bench.Row, restore: bench
             restore.samples.append(s.elapsed_ms)
 
 
-async def run(binary: Path, rounds: int, mb: int, work: Path) -> list[bench.Row]:
+async def run(binary: Path, rounds: int, mb: int, image: str, work: Path) -> list[bench.Row]:
     server = bench.Server("cubicle", binary, ["--max-memory-mb", str(4 * mb + 512), "--max-checkpoints", "4"], work)
     cell = bench.Row("C", "stateful `print(1)` (baseline)")
     empty_ckpt = bench.Row("C", "`checkpoint_session`, empty interpreter")
@@ -56,7 +56,7 @@ async def run(binary: Path, rounds: int, mb: int, work: Path) -> list[bench.Row]
     restore = bench.Row("C", f"`restore_checkpoint` with {mb} MB of arrays live")
     try:
         await server.start()
-        r = await server.call("initialize_sandbox", {"memory_mb": 3 * mb + 256})
+        r = await server.call("initialize_sandbox", {"memory_mb": 3 * mb + 256, "image": image})
         if r.error:
             raise RuntimeError(f"initialize_sandbox: {r.error}")
         sid = r.sc["sandbox_id"]
@@ -91,10 +91,11 @@ def main() -> int:
     parser.add_argument("--binary", type=Path, default=bench.REPO / "build" / "cubicle")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--mb", type=int, default=1024)
+    parser.add_argument("--image", default="cubicle/sandbox:latest", help="an image with numpy")
     opts = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cubicle-bench-checkpoint-"))
-    rows = asyncio.run(run(opts.binary, opts.rounds, opts.mb, work))
-    print(f"{opts.binary}, {opts.mb} MB of arrays, {opts.rounds} rounds, interleaved\n")
+    rows = asyncio.run(run(opts.binary, opts.rounds, opts.mb, opts.image, work))
+    print(f"{opts.binary}, {opts.image}, {opts.mb} MB of arrays, {opts.rounds} rounds, interleaved\n")
     print(bench.render(rows))
     return 0
 

@@ -106,6 +106,26 @@ async def test_past_the_limit_the_oldest_goes_and_they_end_with_their_interprete
         assert "lives as long as its interpreter" in text
 
 
+async def test_past_the_memory_limit_a_parked_copy_goes_first(srv):
+    async with srv.sandbox(memory_mb=128) as box:
+        sid = box["sandbox_id"]
+        await cell(srv, sid, "b = bytearray(b'x') * (60 << 20)\nkept = 'live'")
+        made = await srv.ok("checkpoint_session", {"sandbox_id": sid})
+        assert made["memory_mb"] >= 60, made
+        # every page rewritten: the copy now holds 60 MiB of its own, then 40 MiB more pass the limit
+        await cell(srv, sid, "for i in range(0, len(b), 4096): b[i] = 121\nc = bytearray(b'z') * (40 << 20)\nprint('done')")
+        for _ in range(50):
+            if await parked(srv, sid) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await parked(srv, sid) == 0  # the parked copy was killed, not the live interpreter
+        kind, text = await srv.tool_error("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": made["checkpoint_id"]})
+        assert "killed at the sandbox's memory limit" in text, text
+        status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
+        assert status["sandboxes"][0]["checkpoints"] == []  # forgotten once found gone
+        assert (await cell(srv, sid, "print(kept, b[0], len(c) >> 20)"))["stdout"] == "live 121 40\n"
+
+
 def _image_with_matplotlib() -> str | None:
     probe = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", "cubicle/sandbox:latest",
                             "-c", "import numpy, matplotlib"], capture_output=True, timeout=120)
