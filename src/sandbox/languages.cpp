@@ -200,22 +200,23 @@ def _blas_pool():
     try: lines = open('/proc/self/maps').read().splitlines()
     except OSError: return 0
     import ctypes
-    extra = 0
+    pools = {}  # one per library loaded, however many names it was mapped under
     for path in {line.split(None, 5)[5] for line in lines if 'openblas' in line and len(line.split(None, 5)) == 6}:
         try: lib = ctypes.CDLL(path)
         except OSError: continue
         for name in ('openblas_get_num_threads', 'openblas_get_num_threads64_', 'scipy_openblas_get_num_threads64_'):
             get = getattr(lib, name, None)
             if get is not None:
-                extra += max(get() - 1, 0)
+                pools[ctypes.cast(get, ctypes.c_void_p).value] = max(get() - 1, 0)
                 break
-    return extra
+    return sum(pools.values())
 def _threads_refusal():
     python = len(sys._current_frames()) - 1
     if python:
         return ('checkpoint refused: the interpreter runs %d thread(s) of its own besides the main one; a fork copies only '
                 'the calling thread, so theirs would be lost with any lock they hold. Stop and join them first.' % python)
-    native = len(os.listdir('/proc/self/task')) - 1 - _blas_pool()
+    native = len(os.listdir('/proc/self/task')) - 1
+    if native > 0: native -= _blas_pool()
     if native > 0:
         return ('checkpoint refused: the interpreter runs %d native thread(s) (started by a library) that a fork would not '
                 'copy; checkpoints need an interpreter without threads of its own.' % native)
