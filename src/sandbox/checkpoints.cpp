@@ -33,4 +33,9 @@ void Checkpoints::replace_pid(std::string_view id, int pid) {
     }
 }
 
+void Checkpoints::set_files(std::string_view id) {
+    auto it = std::ranges::find(list_, id, &Checkpoint::id);
+    if (it != list_.end()) it->files = true;
+}
+
 } // namespace cubicle::sandbox

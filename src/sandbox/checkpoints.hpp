@@ -19,6 +19,7 @@ struct Checkpoint {
     int pid = 0;                       // the parked copy, in the sandbox
     std::chrono::system_clock::time_point created;
     std::uint64_t memory_kb = 0;       // the interpreter's resident memory when it was taken
+    bool files = false;                // a copy of the workspace was kept with it (checkpoint_tools.cpp)
 };
 
 class Checkpoints {
@@ -32,6 +33,8 @@ public:
     const Checkpoint* find(std::string_view id) const;
     // Its parked copy is now `pid` (a restore re-parks a fresh one); 0 forgets it.
     void replace_pid(std::string_view id, int pid);
+    // A copy of the workspace was kept with it.
+    void set_files(std::string_view id);
     const std::vector<Checkpoint>& list() const { return list_; }
 
 private:

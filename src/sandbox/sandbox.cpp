@@ -721,6 +721,14 @@ asio::awaitable<Checkpoint> Sandbox::checkpoint(std::string language, std::size_
     co_return made;
 }
 
+void Sandbox::drop_checkpoint(const std::string& checkpoint_id) {
+    checkpoints();
+    const Checkpoint* found = checkpoints_.find(checkpoint_id);
+    if (!found) return;
+    send_frame(agent::encode(agent::FrameType::drop, next_exec_id_++, fmt::format("{} {}", found->interpreter, found->pid)));
+    checkpoints_.replace_pid(checkpoint_id, 0);
+}
+
 asio::awaitable<Checkpoint> Sandbox::restore_checkpoint(std::string checkpoint_id) {
     auto self = shared_from_this();
     checkpoints();

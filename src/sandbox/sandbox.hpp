@@ -138,6 +138,10 @@ public:
     asio::awaitable<Checkpoint> restore_checkpoint(std::string checkpoint_id);
     // The checkpoints whose interpreter still lives, oldest first.
     std::vector<Checkpoint> checkpoints();
+    // Kills a checkpoint's parked copy and forgets it (no-op for an unknown id).
+    void drop_checkpoint(const std::string& checkpoint_id);
+    // Notes that a copy of the workspace was kept with the checkpoint.
+    void set_checkpoint_files(const std::string& checkpoint_id) { checkpoints_.set_files(checkpoint_id); }
 
     // Starts the interpreter for `language` ahead of its first cell, and
     // the zygote for fresh runs (a pooled sandbox serves either).

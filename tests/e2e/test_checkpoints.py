@@ -106,6 +106,37 @@ async def test_past_the_limit_the_oldest_goes_and_they_end_with_their_interprete
         assert "lives as long as its interpreter" in text
 
 
+async def test_files_come_back_with_files_true(srv):
+    async with srv.sandbox() as box:
+        sid = box["sandbox_id"]
+        await cell(srv, sid, "open('data.txt', 'w').write('original')\nimport os; os.makedirs('sub', exist_ok=True)\n"
+                             "open('sub/kept.txt', 'w').write('k')\nx = 1")
+        plain = await srv.ok("checkpoint_session", {"sandbox_id": sid})
+        assert plain["files"] is False
+        made = await srv.ok("checkpoint_session", {"sandbox_id": sid, "files": True})
+        assert made["files"] is True
+        await cell(srv, sid, "open('data.txt', 'w').write('changed')\nopen('new.txt', 'w').write('n')\n"
+                             "import shutil; shutil.rmtree('sub')\nx = 2")
+        # without files: true only the interpreter comes back
+        await srv.ok("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": made["checkpoint_id"]})
+        out = await cell(srv, sid, "import os\nprint(x, open('data.txt').read(), sorted(os.listdir('.')))")
+        assert out["stdout"].startswith("1 changed ") and "new.txt" in out["stdout"], out
+        restored = await srv.ok("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": made["checkpoint_id"], "files": True})
+        assert restored["files"] is True
+        out = await cell(srv, sid, "import os\nprint(x, open('data.txt').read(), open('sub/kept.txt').read(), os.path.exists('new.txt'))")
+        assert out["stdout"] == "1 original k False\n", out
+        kind, text = await srv.tool_error("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": plain["checkpoint_id"], "files": True})
+        assert "taken without its files" in text
+        status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
+        assert [c["files"] for c in status["sandboxes"][0]["checkpoints"]] == [False, True]
+        # past the bound: refused, and no checkpoint is left behind by the refusal
+        await cell(srv, sid, "open('big.bin', 'wb').write(os.urandom(70 << 20))")
+        kind, text = await srv.tool_error("checkpoint_session", {"sandbox_id": sid, "files": True})
+        assert "more than the 64 MiB" in text, text
+        status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
+        assert len(status["sandboxes"][0]["checkpoints"]) == 2
+
+
 async def test_past_the_memory_limit_a_parked_copy_goes_first(srv):
     async with srv.sandbox(memory_mb=128) as box:
         sid = box["sandbox_id"]
