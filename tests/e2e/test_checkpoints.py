@@ -104,6 +104,16 @@ async def test_past_the_limit_the_oldest_goes_and_they_end_with_their_interprete
         assert await parked(srv, sid) == 0
         kind, text = await srv.tool_error("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": ids[3]})
         assert "lives as long as its interpreter" in text
+        # an interpreter that exits: its end is seen at once (the copies hold its pipes too) and they go with it
+        await cell(srv, sid, "y = 1")
+        made = await srv.ok("checkpoint_session", {"sandbox_id": sid})
+        started = asyncio.get_running_loop().time()
+        r = await srv.call("execute_code", {"sandbox_id": sid, "code": "import os; os._exit(3)"})
+        assert r.structured_content["state_lost"] and asyncio.get_running_loop().time() - started < 5, r.structured_content
+        assert (await cell(srv, sid, "print('fresh')"))["stdout"] == "fresh\n"
+        assert await parked(srv, sid) == 0
+        kind, text = await srv.tool_error("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": made["checkpoint_id"]})
+        assert "no checkpoint" in text
 
 
 async def test_files_come_back_with_files_true(srv):
