@@ -59,6 +59,8 @@ TOOL_REQUIRED = {
     "list_runs": {"sandbox_id"},
     "get_sandbox_status": set(),
     "stop_sandbox": {"sandbox_id"},
+    "checkpoint_session": {"sandbox_id"},
+    "restore_checkpoint": {"sandbox_id", "checkpoint_id"},
     "write_file": {"sandbox_id", "path", "content"},
     "read_file": {"sandbox_id", "path"},
     "edit_file": {"sandbox_id", "path", "old_text", "new_text"},

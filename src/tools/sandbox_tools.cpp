@@ -481,7 +481,7 @@ void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
     w.end_object();
 }
 
-void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& manager) {
+void write_status(json::Writer& w, Sandbox& box, const sandbox::Manager& manager) {
     const auto& s = box.spec();
     auto memory = manager.memory_limits(s);
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
@@ -499,6 +499,7 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
     w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
     w.field("gpu", s.gpu);
+    write_checkpoints(w, box);
     w.end_object();
 }
 
@@ -569,7 +570,7 @@ std::vector<mcp::Tool> tools_of(Env env) {
         {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
-    for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
+    for (auto* more : {&run_handlers, &checkpoint_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
                        &language_handlers}) {
         for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
     }
