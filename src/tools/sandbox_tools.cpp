@@ -210,8 +210,10 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     } else {
         box = co_await env.manager.create(std::move(spec), context->principal(), false, std::move(status));
     }
-    if (context->cancelled()) {
-        co_await env.manager.destroy(box->id());  // a persistent one is saved, not lost
+    // A cancelled call undoes what it started (a persistent one is saved, not lost); one
+    // that found its sandbox live already leaves it to the calls using it.
+    if (context->cancelled() && (!persistent || kept.started)) {
+        co_await env.manager.destroy(box->id());
         co_return ToolResult{};
     }
     if (!persistent) {  // a persistent one keeps what it was created with
@@ -536,8 +538,9 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
         bool saved = false;
         for (const auto& one : env.manager.saved(context->principal())) saved = saved || one.saved.sandbox_id == id;
         if (saved) {
-            if (erase) co_await env.manager.erase_saved(id, context->principal());
-            w.begin_object().field("sandbox_id", id).field("stopped", true).field("saved", !erase).field("deleted", erase).end_object();
+            bool deleted = false;
+            if (erase) deleted = co_await env.manager.erase_saved(id, context->principal());
+            w.begin_object().field("sandbox_id", id).field("stopped", true).field("saved", !deleted).field("deleted", deleted).end_object();
             co_return structured(w.take());
         }
     }
