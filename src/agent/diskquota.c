@@ -336,8 +336,10 @@ static void walk(void)
     walked_us = monotonic_us();
     walk_cost_us = walked_us - start;
     walked = 1;
+    if (stopped < 0)   /* no workspace to hold (never so in a container of ours) */
+        fprintf(stderr, "cubicle-agent: cannot walk the workspace: %s\n", strerror(errno));
     /* Nested too deep, or more names than the limit: over, either way. */
-    over = stopped != 0 || used_bytes > limit_bytes || used_files > limit_files;
+    over = stopped > 0 || used_bytes > limit_bytes || used_files > limit_files;
     if (stopped > 0 && used_files <= limit_files)
         used_files = limit_files + 1;
     for (size_t i = 0; i < nprocs; i++) {
