@@ -177,17 +177,31 @@ static int proc_times(pid_t pid, unsigned long long *start, uint64_t *cpu_us)
     return 0;
 }
 
-/* write_bytes from /proc/PID/io; 0 when it cannot be read. */
+/* What a process's threads wrote (write_bytes of each /proc/PID/task/TID/io),
+ * 0 when it cannot be read.  Not /proc/PID/io: it adds what the process's
+ * reaped children wrote, and would make a shell the writer of its dd. */
 static uint64_t proc_written(pid_t pid)
 {
-    char buf[512];
+    char path[64], name[64], buf[512];
     unsigned long long v;
+    uint64_t sum = 0;
+    struct dirent *de;
     char *p;
 
-    if (read_proc(pid, "io", buf, sizeof buf) < 0 || !(p = strstr(buf, "\nwrite_bytes:")) ||
-        sscanf(p + 13, "%llu", &v) != 1)
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir_at(path);
+    if (!d)
         return 0;
-    return v;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        snprintf(name, sizeof name, "task/%.20s/io", de->d_name);
+        if (read_proc(pid, name, buf, sizeof buf) == 0 && (p = strstr(buf, "\nwrite_bytes:")) &&
+            sscanf(p + 13, "%llu", &v) == 1)
+            sum += v;
+    }
+    closedir(d);
+    return sum;
 }
 
 /* The entry of a process; a new one starts from zero: it was not alive at

@@ -42,7 +42,7 @@ struct SandboxSpec {
     double cpus = 0;
     int pids_limit = 0;
     int tmp_size_mb = 0;
-    int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory
+    int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory (but see workspace_volume)
     int files_limit = 0;   // and this many inodes
     // A named volume on disk that holds /workspace (a persistent sandbox's); empty: a tmpfs
     // of disk_mb. On disk the agent holds disk_mb and files_limit (agent/diskquota.h).
