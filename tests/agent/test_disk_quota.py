@@ -111,13 +111,14 @@ def isolation_problem():
 
 class QuotaAgent(Agent):
     """The agent with --sandbox --disk-limit (none without limits), as NOBODY
-    in its own pid namespace, its working directory `ws`."""
+    in its own pid and mount namespaces, its working directory `ws`."""
 
     def __init__(self, ws, limit_bytes=None, limit_files=None):
         quota = ["--disk-limit", f"{limit_bytes}:{limit_files}"] if limit_bytes else []
+        # An empty /run of its own: the agent must not find a server's channel socket there.
         self.proc = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-             "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             "sh", "-c", 'mount -t tmpfs cubicle-test /run && exec "$@"', "sh", "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
              str(AGENT), "--sandbox", *quota],
             cwd=ws, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.buf, self.log, self.pending, self.expected_rc = bytearray(), [], [], 0
@@ -210,3 +211,19 @@ def test_the_quota_is_checked_when_nothing_runs_long(quota_agent, workspace):
     refused = a.collect(2)
     assert res.exit.disk_limit == 1 or refused.error, (vars(res.exit), refused.error)
     assert refused.error and "over its quota" in refused.error, refused.error
+
+
+def test_only_the_writer_dies_and_an_interpreter_learns_it(quota_agent, workspace):
+    """A session's process killed at the quota says so in its EXIT too; runs that
+    write nothing, here and after the workspace went over, are left alone."""
+    a = quota_agent(limit_mb=32)
+    a.run(1, ["sleep", "2"])
+    a.open(2, ["python3", "-u", "-c",
+               "import sys\n"
+               "for line in sys.stdin:\n"
+               "    exec(line)\n"])
+    a.stdin(2, b"open('big', 'wb').write(b'x' * (200 << 20))\n")
+    session = a.collect(2, timeout=30)
+    assert session.exit.signal == 9 and session.exit.disk_limit == 1, vars(session.exit)
+    sleeper = a.collect(1, timeout=10)
+    assert sleeper.exit.code == 0 and sleeper.exit.disk_limit == 0, vars(sleeper.exit)
