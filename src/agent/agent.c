@@ -71,6 +71,7 @@
 #include "procfs.h"
 #include "remove.h"
 #include "textfile.h"
+#include "usage.h"
 #include "proxy.h"
 #include "reset.h"
 #include "search.h"

@@ -71,7 +71,7 @@ def test_usage_stops_after_the_limit(agent, tmp_path):
 
 def test_usage_stops_at_the_depth_limit(agent, tmp_path):
     deep = tmp_path
-    for _ in range(300):   # deeper than DISKQUOTA_DEPTH (256)
+    for _ in range(300):   # deeper than USAGE_DEPTH (256)
         deep = deep / "d"
     deep.mkdir(parents=True)
     _, _, stopped = usage(agent, tmp_path)
