@@ -242,6 +242,10 @@ TEST_F(PolicyTest, WorkspaceOnDiskIsTheNamedVolumeWithTheAgentsQuota) {
     }
     EXPECT_EQ(found, 1);
 
+    // Without the agent (the exec fallback) nothing would hold the quota on disk.
+    s.workspace_volume = "cubicle-ws-sb-5678";
+    EXPECT_THROW(container_config(s, "inst-1234", "sb-5678", false), ToolError);
+
     // Without a volume: the tmpfs, and no --disk-limit (the kernel holds that quota).
     s.workspace_volume.clear();
     auto tmpfs_root = config_for(s);
