@@ -10,7 +10,7 @@
  *
  * A walk costs 0.5 to 2.5 microseconds per name, so it runs only when something
  * may have changed the workspace: the sandbox user's processes wrote to disk
- * (their /proc/PID/io write_bytes grew) or spent CPU time (making empty files
+ * (the write_bytes of their threads grew) or spent CPU time (making empty files
  * writes nothing), counted since the last walk, with what ended runs did
  * (their rusage) on top.  While programs run a cheap check of those counters
  * comes every 1 to 50 ms, sooner the closer the estimate (the last walk plus
