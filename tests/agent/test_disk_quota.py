@@ -105,8 +105,9 @@ def isolation_problem():
         return "needs root to make a pid namespace and drop to an unused uid"
     if not shutil.which("unshare") or not shutil.which("setpriv"):
         return "needs unshare and setpriv (util-linux)"
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
-    return None if probe.returncode == 0 else f"cannot make a pid namespace: {probe.stderr.decode().strip()}"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "mount", "-t", "tmpfs", "cubicle-test", "/run"],
+                           capture_output=True)
+    return None if probe.returncode == 0 else f"cannot make pid and mount namespaces: {probe.stderr.decode().strip()}"
 
 
 class QuotaAgent(Agent):
