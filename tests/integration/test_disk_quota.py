@@ -1,7 +1,9 @@
 """A workspace on disk: a named volume at /workspace, its quota held by the agent
 (src/agent/diskquota.h), in real containers made from the server's own config
 (sandbox::container_config, printed by tests/harness/container_config.cpp) and
-driven over the agent's frames, as the server drives them.
+driven over the agent's frames, as the server drives them; and once through the
+server's own Manager and Sandbox (tests/harness/disk_sandbox.cpp), for what the
+server makes of it.
 
 The kernel holds no quota on a Docker volume here (ext4 under fuse-overlayfs):
 these tests show the agent does, that nothing under the quota is touched, and
@@ -9,6 +11,7 @@ that the files outlive the container (a persistent sandbox's promise)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -21,11 +24,12 @@ from engine_api import create_container
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(os.environ.get("CUBICLE_TEST_CONTAINER_CONFIG", REPO / "build/tests/cubicle-test-container-config"))
+DISK_SANDBOX = Path(os.environ.get("CUBICLE_TEST_DISK_SANDBOX", REPO / "build/tests/cubicle-test-disk-sandbox"))
 AGENT_BIN = Path(os.environ.get("CUBICLE_AGENT", REPO / "build/src/agent/cubicle-agent"))
 MiB = 1024 * 1024
 
-pytestmark = pytest.mark.skipif(not HARNESS.is_file() or not AGENT_BIN.is_file(),
-                                reason=f"build {HARNESS.name} and the agent first")
+pytestmark = pytest.mark.skipif(not HARNESS.is_file() or not DISK_SANDBOX.is_file() or not AGENT_BIN.is_file(),
+                                reason=f"build {HARNESS.name}, {DISK_SANDBOX.name} and the agent first")
 
 
 class Ran:
@@ -178,3 +182,15 @@ def test_the_files_outlive_the_container(sandbox, volume):
     assert subprocess.run(["docker", "volume", "inspect", volume], capture_output=True).returncode == 0
     again = sandbox()
     assert again.sh("cat kept/file").stdout == b"hello\n"
+
+
+def test_the_server_says_which_limit_stopped_a_run_and_refuses_the_next(volume):
+    scripts = ["dd if=/dev/zero of=big bs=1M count=500 2>/dev/null; echo dd: $?", "echo more > more", "rm big",
+               "echo more > more && cat more"]
+    out = subprocess.run([str(DISK_SANDBOX), IMAGE, volume, "64", "1000", *scripts], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stopped, refused, removed, again = (json.loads(line) for line in out.stdout.splitlines())
+    assert stopped["stdout"] == "dd: 137\n" and stopped["disk_limit"], stopped
+    assert "[cubicle] stopped at the workspace's disk quota of 64 MiB and 1000 files" in stopped["stderr"], stopped
+    assert "over its quota of 64 MiB" in refused["error"] and "delete files" in refused["error"], refused
+    assert removed["exit_code"] == 0 and again["stdout"] == "more\n" and not again["disk_limit"], (removed, again)
