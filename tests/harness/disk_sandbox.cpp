@@ -2,7 +2,8 @@
 // own Manager and Sandbox (what a persistent sandbox will be), for
 // tests/integration/test_disk_quota.py: each SCRIPT runs in turn through the agent and
 // prints one JSON line, {exit_code, signal, disk_limit, stdout, stderr} or {error}.
-//   cubicle-test-disk-sandbox IMAGE VOLUME DISK_MB FILES_LIMIT SCRIPT...
+//   cubicle-test-disk-sandbox [--pool] IMAGE VOLUME DISK_MB FILES_LIMIT SCRIPT...
+// --pool: a warm pool of the same profile (but for the volume) runs meanwhile.
 // The volume is the caller's (it makes and removes it); the container and the agent
 // volume go with the Manager (destroy_all).
 #include <cstdio>
@@ -44,9 +45,11 @@ std::string error_line(const std::string& error) {
     return w.take();
 }
 
-asio::awaitable<void> drive(docker::Client& docker, const Config& config, sandbox::SandboxSpec spec, std::vector<std::string> scripts) {
+asio::awaitable<void> drive(docker::Client& docker, const Config& config, sandbox::SandboxSpec spec, std::vector<std::string> scripts,
+                            bool pool) {
     co_await docker.connect();
     sandbox::Manager manager(co_await asio::this_coro::executor, docker, config);
+    if (pool) manager.start_pool();
     std::exception_ptr failure;
     try {
         auto box = co_await manager.create(std::move(spec), "local", false);
@@ -74,22 +77,32 @@ asio::awaitable<void> drive(docker::Client& docker, const Config& config, sandbo
 } // namespace
 
 int main(int argc, char** argv) {
+    bool pool = argc > 1 && std::string(argv[1]) == "--pool";
+    if (pool) {
+        --argc;
+        ++argv;
+    }
     if (argc < 6) {
-        std::fprintf(stderr, "usage: %s IMAGE VOLUME DISK_MB FILES_LIMIT SCRIPT...\n", argv[0]);
+        std::fprintf(stderr, "usage: %s [--pool] IMAGE VOLUME DISK_MB FILES_LIMIT SCRIPT...\n", argv[0]);
         return 2;
     }
-    Config config;
     sandbox::SandboxSpec spec;
     spec.image = argv[1];
     spec.workspace_volume = argv[2];
     spec.disk_mb = std::atoi(argv[3]);
     spec.files_limit = std::atoi(argv[4]);
     std::vector<std::string> scripts(argv + 5, argv + argc);
+    // The pool's profile is the spec's, but for the volume.
+    Config config;
+    config.pool_size = pool ? 1 : 0;
+    config.default_image = spec.image;
+    config.disk_mb = spec.disk_mb;
+    config.files_limit = spec.files_limit;
 
     asio::io_context io(1);
     docker::Client docker(io.get_executor(), docker::resolve_endpoint(docker::endpoint_settings(config)));
     int status = 0;
-    asio::co_spawn(io, drive(docker, config, std::move(spec), std::move(scripts)), [&status](std::exception_ptr e) {
+    asio::co_spawn(io, drive(docker, config, std::move(spec), std::move(scripts), pool), [&status](std::exception_ptr e) {
         if (!e) return;
         try {
             std::rethrow_exception(e);

@@ -194,3 +194,12 @@ def test_the_server_says_which_limit_stopped_a_run_and_refuses_the_next(volume):
     assert "[cubicle] stopped at the workspace's disk quota of 64 MiB and 1000 files" in stopped["stderr"], stopped
     assert "over its quota of 64 MiB" in refused["error"] and "delete files" in refused["error"], refused
     assert removed["exit_code"] == 0 and again["stdout"] == "more\n" and not again["disk_limit"], (removed, again)
+
+
+def test_a_warm_pool_never_serves_a_workspace_on_disk(volume):
+    """The default profile's warm sandboxes have a tmpfs workspace: one asked for on disk starts its own."""
+    script = "awk '$2 == \"/workspace\" {print $3}' /proc/mounts"
+    out = subprocess.run([str(DISK_SANDBOX), "--pool", IMAGE, volume, "64", "1000", script], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    ran = json.loads(out.stdout)
+    assert ran["stdout"] and ran["stdout"] != "tmpfs\n", ran
