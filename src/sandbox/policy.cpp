@@ -95,13 +95,13 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
-    // The agent is the main process, under Docker's init (Init: true) so that
-    // orphaned grandchildren are reaped.
     // On disk only the agent holds the workspace's quota: without it the host's disk would be the limit.
     if (!agent && !spec.workspace_volume.empty()) {
         throw ToolError(fmt::format("a workspace on disk needs the sandbox agent to hold its quota, and it cannot run in the image {}",
                                     spec.image));
     }
+    // The agent is the main process, under Docker's init (Init: true) so that
+    // orphaned grandchildren are reaped.
     w.key("Entrypoint").begin_array();
     if (agent) {
         // --sandbox: here every process of the sandbox user belongs to the

@@ -67,8 +67,7 @@ void Pools::start() {
 }
 
 asio::awaitable<std::shared_ptr<Sandbox>> Pools::acquire(SandboxSpec spec, std::string owner) {
-    // A workspace on disk is one sandbox's own volume: never a warm sandbox's tmpfs, never pooled.
-    if (settings_.max == 0 || stopped_ || !spec.workspace_volume.empty()) co_return nullptr;
+    if (settings_.max == 0 || stopped_) co_return nullptr;
     auto key = profile_key(spec);
     if (auto it = by_key_.find(key); it != by_key_.end()) {
         auto pool = it->second;  // alive while this take waits, even if dropped meanwhile
