@@ -2,7 +2,7 @@
 
     sudo CUBICLE_AGENT=build/src/agent/cubicle-agent .venv/bin/python tests/bench/disk_quota.py
 
-Runs the agent as tests/agent/test_disk_quota.py does (an unused uid in a pid
+Runs the agent as tests/agent/test_agent_disk_quota.py does (an unused uid in a pid
 namespace of its own, its working directory in a fresh directory on disk) and
 prints:
   - overshoot: how far past the quota `dd if=/dev/zero bs=1M` writing as fast

@@ -190,7 +190,9 @@ def test_the_file_count_holds(quota_agent, workspace):
     assert res.exit.signal == 9 and res.exit.disk_limit == 1 and not res.exit.timed_out, vars(res.exit)
     files = len(os.listdir(workspace))
     print(f"files made past a limit of 200: {files - 200}")
-    assert 200 < files < 5000, files
+    # How far past depends on the machine's load (seen: 50-1,600 idle, 6,875 at load 15);
+    # never stopping would have run into the timeout, which the first assertion rules out.
+    assert 200 < files < 50000, files
 
 
 def test_hard_links_and_symlinks_do_not_fool_the_count(quota_agent, workspace):
