@@ -16,6 +16,7 @@
 #include "common/errors.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "common/utc_text.hpp"
 #include "docker/client.hpp"
 #include "projects/baseline.hpp"
 #include "sandbox/agent_protocol.hpp"
@@ -463,20 +464,11 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
 
 // ---- get_sandbox_status -------------------------------------------------------
 
-std::string rfc3339(std::int64_t unix_s) {
-    auto time = static_cast<std::time_t>(unix_s);
-    std::tm utc{};
-    gmtime_r(&time, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
-}
-
 void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
     const auto& saved = listed.saved;
     w.begin_object().field("sandbox_id", saved.sandbox_id).field("name", saved.name);
     w.field("state", listed.elsewhere ? "elsewhere" : "saved").field("image", saved.spec.image);
-    w.field("last_used", rfc3339(saved.last_used));
+    w.field("last_used", utc_text(std::chrono::system_clock::from_time_t(static_cast<std::time_t>(saved.last_used))));
     w.field("size_mb", std::round(static_cast<double>(saved.size_bytes) / (1 << 20) * 10) / 10);
     // A record still marked in use that nobody holds: its server ended without saving it.
     w.field("ended", saved.ended.empty() && !listed.elsewhere ? std::string("server lost") : saved.ended);
