@@ -9,6 +9,7 @@
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "sandbox/policy.hpp"
+#include "store/snapshot.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -200,25 +201,48 @@ std::vector<Keeper::Listed> Keeper::list(const std::string& owner) {
 
 asio::awaitable<void> Keeper::retain(std::string owner) {
     try {
-        std::map<std::string, std::vector<store::SavedSandbox>> by_owner;
+        // Saved sandboxes and snapshots are weighed together (store::expired_together).
+        struct Owned {
+            std::vector<store::SavedSandbox> saved;
+            std::vector<store::Snapshot> snapshots;
+        };
+        std::map<std::string, Owned> by_owner;
         for (auto& saved : records()) {
             if (!owner.empty() && saved.owner != owner) continue;
             if (held_.count(saved.sandbox_id) || store().held(store::sandboxes, saved.sandbox_id)) continue;
-            by_owner[saved.owner].push_back(std::move(saved));
+            by_owner[saved.owner].saved.push_back(std::move(saved));
+        }
+        for (auto& snapshot : store::snapshot_records(store())) {
+            if (!owner.empty() && snapshot.owner != owner) continue;
+            if (store().held(store::snapshots, snapshot.snapshot_id)) continue;  // being taken or removed
+            if (!snapshot.complete) {
+                // Its server died while taking it: nothing of it is usable.
+                store().remove(store::snapshots, snapshot.snapshot_id);
+                continue;
+            }
+            by_owner[snapshot.owner].snapshots.push_back(std::move(snapshot));
         }
         store::Retention rules{static_cast<std::size_t>(config_.max_saved_sandboxes),
                                static_cast<std::int64_t>(config_.saved_ttl_days) * 86400,
-                               static_cast<std::uint64_t>(config_.max_saved_mb) << 20};
-        for (auto& [who, saved] : by_owner) {
-            for (const auto& id : store::expired(saved, rules, now_s())) {
+                               static_cast<std::uint64_t>(config_.max_saved_mb) << 20,
+                               static_cast<std::size_t>(config_.max_snapshots)};
+        for (auto& [who, owned] : by_owner) {
+            auto expired = store::expired_together(std::move(owned.saved), std::move(owned.snapshots), rules, now_s());
+            for (const auto& id : expired.sandboxes) {
                 if (!take_by_id(who, id)) continue;
                 log::info("removing the saved sandbox {} of {} (retention: --max-saved-sandboxes, --saved-ttl-days, --max-saved-mb)",
                           id, who);
                 co_await erase(id);
             }
+            for (const auto& id : expired.snapshots) {
+                auto hold = store().try_hold(store::snapshots, id);
+                if (!hold) continue;
+                log::info("removing the snapshot {} of {} (retention: --max-snapshots, --saved-ttl-days, --max-saved-mb)", id, who);
+                store().remove(store::snapshots, id);
+            }
         }
     } catch (const std::exception& e) {
-        log::warning("applying the retention of saved sandboxes: {}", e.what());
+        log::warning("applying the retention of saved sandboxes and snapshots: {}", e.what());
     }
 }
 

@@ -54,8 +54,10 @@ public:
         bool elsewhere = false;
     };
     std::vector<Listed> list(const std::string& owner);
-    // Removes `owner`'s saved sandboxes past --max-saved-sandboxes, --saved-ttl-days and
-    // --max-saved-mb (store::expired); all owners' when `owner` is empty. Never throws.
+    // Removes `owner`'s saved sandboxes and snapshots past --max-saved-sandboxes,
+    // --max-snapshots, --saved-ttl-days and --max-saved-mb (store::expired_together), and
+    // snapshots whose taking a dead server left unfinished; all owners' when `owner` is
+    // empty. Never throws.
     asio::awaitable<void> retain(std::string owner);
 
     // The store, opened on first use. Throws ToolError naming the directory when it cannot be.

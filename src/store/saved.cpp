@@ -33,36 +33,17 @@ bool flag_of(simdjson::dom::element object, const char* key) {
 
 } // namespace
 
-std::string to_json(const SavedSandbox& saved) {
-    const auto& s = saved.spec;
-    json::Writer w;
-    w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
-    w.field("owner", saved.owner).field("volume", saved.volume);
-    w.key("spec").begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
+void write_spec(json::Writer& w, const sandbox::SandboxSpec& s) {
+    w.begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit).field("tmp_size_mb", s.tmp_size_mb);
     w.field("disk_mb", s.disk_mb).field("files_limit", s.files_limit).field("runtime", s.runtime);
     w.key("env").begin_array();
     for (const auto& [name, value] : s.env) w.begin_array().value(name).value(value).end_array();
     w.end_array().end_object();
-    w.field("stateful", saved.stateful).field("auto_install", saved.auto_install);
-    w.field("created", saved.created).field("last_used", saved.last_used).field("size_bytes", saved.size_bytes);
-    w.field("ended", saved.ended).end_object();
-    return w.take() + "\n";
 }
 
-SavedSandbox saved_sandbox_from_json(std::string_view text) {
-    json::Document document;
-    if (auto error = document.parse(text)) throw std::runtime_error("the record is not JSON: " + *error);
-    auto root = document.root();
-    if (number_of<std::int64_t>(root, "version") != record_version) throw std::runtime_error("the record is of another version");
-    SavedSandbox saved;
-    saved.sandbox_id = string_of(root, "sandbox_id");
-    saved.name = string_of(root, "name");
-    saved.owner = string_of(root, "owner");
-    saved.volume = string_of(root, "volume");
-    simdjson::dom::element spec;
-    if (root["spec"].get(spec) != simdjson::SUCCESS) throw std::runtime_error("the record has no spec");
-    auto& s = saved.spec;
+sandbox::SandboxSpec read_spec(simdjson::dom::element spec) {
+    sandbox::SandboxSpec s;
     s.image = string_of(spec, "image");
     s.network = flag_of(spec, "network");
     s.gpu = flag_of(spec, "gpu");
@@ -81,6 +62,33 @@ SavedSandbox saved_sandbox_from_json(std::string_view text) {
             throw std::runtime_error("the record's env is malformed");
         s.env.emplace_back(name, value);
     }
+    return s;
+}
+
+std::string to_json(const SavedSandbox& saved) {
+    json::Writer w;
+    w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
+    w.field("owner", saved.owner).field("volume", saved.volume).key("spec");
+    write_spec(w, saved.spec);
+    w.field("stateful", saved.stateful).field("auto_install", saved.auto_install);
+    w.field("created", saved.created).field("last_used", saved.last_used).field("size_bytes", saved.size_bytes);
+    w.field("ended", saved.ended).end_object();
+    return w.take() + "\n";
+}
+
+SavedSandbox saved_sandbox_from_json(std::string_view text) {
+    json::Document document;
+    if (auto error = document.parse(text)) throw std::runtime_error("the record is not JSON: " + *error);
+    auto root = document.root();
+    if (number_of<std::int64_t>(root, "version") != record_version) throw std::runtime_error("the record is of another version");
+    SavedSandbox saved;
+    saved.sandbox_id = string_of(root, "sandbox_id");
+    saved.name = string_of(root, "name");
+    saved.owner = string_of(root, "owner");
+    saved.volume = string_of(root, "volume");
+    simdjson::dom::element spec;
+    if (root["spec"].get(spec) != simdjson::SUCCESS) throw std::runtime_error("the record has no spec");
+    saved.spec = read_spec(spec);
     saved.stateful = flag_of(root, "stateful");
     saved.auto_install = flag_of(root, "auto_install");
     saved.created = number_of<std::int64_t>(root, "created");

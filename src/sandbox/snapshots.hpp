@@ -1,0 +1,56 @@
+// Snapshots of sandboxes' workspaces (snapshot_sandbox, fork_sandbox,
+// initialize_sandbox {from_snapshot}): taking one, filling a new sandbox from
+// one, finding, listing and removing them. The archive is made and unpacked by
+// tar running as the sandbox user through its agent, so it works alike for a
+// workspace on tmpfs, on a persistent sandbox's volume and in a pooled container,
+// and reaches nothing that user could not (docs/persistence.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "config.hpp"
+#include "sandbox/keeper.hpp"
+#include "sandbox/sandbox.hpp"
+#include "store/snapshot.hpp"
+
+namespace cubicle::sandbox {
+
+class Snapshots {
+public:
+    Snapshots(Keeper& keeper, const Config& config);
+
+    // Archives `box`'s workspace (not its memory) for `owner`, with its spec and settings.
+    // Refused, leaving nothing, when the archive would be larger than the workspace can
+    // hold or than --max-saved-mb allows. Applies the retention rules afterwards.
+    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name);
+    // Unpacks `snapshot` into `box`'s workspace and restarts its interpreters, so that
+    // they see what it brought (packages installed with --user into the workspace).
+    asio::awaitable<void> restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot);
+
+    // `owner`'s snapshot `id`. Throws ToolError when there is none: another principal's
+    // snapshot gets the same answer as an id that never existed.
+    store::Snapshot get(const std::string& id, const std::string& owner);
+    // `owner`'s complete snapshots, oldest first.
+    std::vector<store::Snapshot> list(const std::string& owner);
+    // Removes `owner`'s snapshot `id` with its archive. Throws ToolError when there is none
+    // or when it is being taken right now.
+    void remove(const std::string& id, const std::string& owner);
+
+private:
+    // The most bytes a snapshot of `box` may take, and which rule says so.
+    struct Bound {
+        std::uint64_t bytes;
+        std::string why;
+    };
+    Bound bound_for(const Sandbox& box) const;
+
+    Keeper& keeper_;
+    const Config& config_;
+};
+
+} // namespace cubicle::sandbox
