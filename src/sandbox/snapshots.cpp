@@ -110,8 +110,9 @@ struct Feeding {
     std::exception_ptr failure;
 
     void notify() { wake.cancel(); }
-    asio::awaitable<void> changed() {
-        wake.expires_at(asio::steady_timer::time_point::max());
+    // Until something here changes, or `most` has passed.
+    asio::awaitable<void> changed(std::chrono::milliseconds most = std::chrono::hours(1)) {
+        wake.expires_after(most);
         co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
     }
     void heard(std::string_view data) {
@@ -165,7 +166,16 @@ Snapshots::Bound Snapshots::bound_for(const Sandbox& box) const {
     return bound;
 }
 
-asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name) {
+SandboxSpec Snapshots::spec_like(const Sandbox& box) {
+    auto spec = box.spec();
+    spec.network_name.clear();
+    spec.proxy_url.clear();
+    spec.workspace_volume.clear();
+    spec.sandbox_id.clear();
+    return spec;
+}
+
+asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable) {
     if (auto problem = store::invalid_snapshot_name(name)) throw ToolError("name: " + *problem);
     if (!box->uses_agent()) throw ToolError("snapshots need the sandbox's agent, and this sandbox runs programs through Docker exec");
     const auto& store = keeper_.store();
@@ -174,12 +184,7 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
     snapshot.name = std::move(name);
     snapshot.owner = owner;
     snapshot.source_sandbox_id = box->id();
-    snapshot.spec = box->spec();
-    // What belonged to the source alone: its network's name, its volume and id.
-    snapshot.spec.network_name.clear();
-    snapshot.spec.proxy_url.clear();
-    snapshot.spec.workspace_volume.clear();
-    snapshot.spec.sandbox_id.clear();
+    snapshot.spec = spec_like(*box);
     snapshot.stateful = box->stateful();
     snapshot.auto_install = box->auto_install();
     snapshot.created = now_s();
@@ -239,7 +244,7 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
             throw ToolError(fmt::format("taking the snapshot failed (tar: {})", said(taking->errors)));
         }
         // On disk before the record says it is whole.
-        if (::fdatasync(file.get()) != 0 || file.close() != 0) {
+        if ((durable && ::fdatasync(file.get()) != 0) || file.close() != 0) {
             throw ToolError(fmt::format("cannot write the snapshot to {}: {}", path.string(), std::strerror(errno)));
         }
         snapshot.size_bytes = taking->bytes;
@@ -290,7 +295,11 @@ asio::awaitable<void> Snapshots::restore(std::shared_ptr<Sandbox> box, store::Sn
     std::uint64_t sent = 0;
     int read_error = 0;
     while (!feeding->done) {
-        if (handle->exec_id == 0 || sent > feeding->checkpoints * bytes_per_checkpoint + feed_window) {
+        if (handle->exec_id == 0) {  // the run is not sent yet (co_spawn may start it later)
+            co_await feeding->changed(std::chrono::milliseconds(1));
+            continue;
+        }
+        if (sent > feeding->checkpoints * bytes_per_checkpoint + feed_window) {
             co_await feeding->changed();
             continue;
         }

@@ -27,7 +27,11 @@ public:
     // Archives `box`'s workspace (not its memory) for `owner`, with its spec and settings.
     // Refused, leaving nothing, when the archive would be larger than the workspace can
     // hold or than --max-saved-mb allows. Applies the retention rules afterwards.
-    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name);
+    // `durable`: on disk (fsynced) before the record says it is whole; a fork's snapshot,
+    // deleted once its copies are made, need not be.
+    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable = true);
+    // What a sandbox like `box` is made of: its spec without what was its own (network, volume, id).
+    static SandboxSpec spec_like(const Sandbox& box);
     // Unpacks `snapshot` into `box`'s workspace and restarts its interpreters, so that
     // they see what it brought (packages installed with --user into the workspace).
     asio::awaitable<void> restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot);

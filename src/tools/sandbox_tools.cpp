@@ -208,8 +208,12 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     if (snapshot) {
         base = snapshot->spec;
     } else {
-        base.memory_mb = c.memory_mb, base.cpus = c.cpus, base.pids_limit = c.pids_limit, base.disk_mb = c.disk_mb;
-        base.files_limit = c.files_limit, base.tmp_size_mb = c.tmp_size_mb;
+        base.memory_mb = c.memory_mb;
+        base.cpus = c.cpus;
+        base.pids_limit = c.pids_limit;
+        base.disk_mb = c.disk_mb;
+        base.files_limit = c.files_limit;
+        base.tmp_size_mb = c.tmp_size_mb;
     }
     bool auto_install = args.boolean("auto_install").value_or(snapshot ? snapshot->auto_install : true);
     bool stateful = args.boolean("stateful").value_or(snapshot ? snapshot->stateful : true);

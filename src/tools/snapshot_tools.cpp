@@ -48,21 +48,41 @@ asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arg
     co_return structured(w.take());
 }
 
-// One copy of a fork: a sandbox like the snapshot's source, filled from it.
+// One copy of a fork: a sandbox like the source, then filled from the snapshot.
 struct Copy {
     std::shared_ptr<Sandbox> box;
     std::exception_ptr failure;
 };
 
-asio::awaitable<void> make_copy(Env env, store::Snapshot snapshot, std::string owner, std::shared_ptr<Copy> copy) {
+asio::awaitable<void> start_copy(Env env, sandbox::SandboxSpec spec, std::string owner, std::shared_ptr<Copy> copy) {
     try {
-        auto spec = snapshot.spec;
         copy->box = co_await env.manager.create(std::move(spec), owner, false);
+    } catch (...) {
+        copy->failure = std::current_exception();
+    }
+}
+
+asio::awaitable<void> fill_copy(Env env, store::Snapshot snapshot, std::shared_ptr<Copy> copy) {
+    if (!copy->box) co_return;
+    try {
         copy->box->set_stateful(snapshot.stateful);
         copy->box->set_auto_install(snapshot.auto_install);
         co_await env.manager.snapshots().restore(copy->box, std::move(snapshot));
     } catch (...) {
         copy->failure = std::current_exception();
+    }
+}
+
+struct Taken {
+    store::Snapshot snapshot;
+    std::exception_ptr failure;
+};
+
+asio::awaitable<void> take_for_fork(Env env, std::shared_ptr<Sandbox> box, std::string owner, bool durable, std::shared_ptr<Taken> taken) {
+    try {
+        taken->snapshot = co_await env.manager.snapshots().take(box, owner, "fork of " + box->id(), durable);
+    } catch (...) {
+        taken->failure = std::current_exception();
     }
 }
 
@@ -73,31 +93,46 @@ asio::awaitable<ToolResult> fork_sandbox(Env env, simdjson::dom::element argumen
     auto count = args.integer("count", 1, most_forks).value_or(1);
     bool keep_snapshot = args.boolean("keep_snapshot").value_or(false);
     auto& snapshots = env.manager.snapshots();
-    auto snapshot = co_await snapshots.take(box, owner, "fork of " + box->id());
+    auto executor = co_await asio::this_coro::executor;
+    // The copies' containers start while the snapshot is taken: only their files wait for it.
+    auto taken = std::make_shared<Taken>();
     std::vector<std::shared_ptr<Copy>> copies;
-    std::vector<asio::awaitable<void>> making;
+    std::vector<asio::awaitable<void>> steps;
+    steps.push_back(take_for_fork(env, box, owner, keep_snapshot, taken));
+    auto spec = sandbox::Snapshots::spec_like(*box);
     for (std::int64_t i = 0; i < count; ++i) {
         copies.push_back(std::make_shared<Copy>());
-        making.push_back(make_copy(env, snapshot, owner, copies.back()));
+        steps.push_back(start_copy(env, spec, owner, copies.back()));
     }
-    auto executor = co_await asio::this_coro::executor;
-    co_await all_at_once(executor, std::move(making));
-    // The implicit snapshot has done its work once every copy is filled, unless asked to stay.
-    if (!keep_snapshot) {
-        try {
-            snapshots.remove(snapshot.snapshot_id, owner);
-        } catch (const std::exception& e) {
-            log::warning("removing the snapshot {} of a fork: {}", snapshot.snapshot_id, e.what());
+    co_await all_at_once(executor, std::move(steps));
+    if (!taken->failure) {
+        std::vector<asio::awaitable<void>> fills;
+        for (const auto& copy : copies) fills.push_back(fill_copy(env, taken->snapshot, copy));
+        co_await all_at_once(executor, std::move(fills));
+        // The implicit snapshot has done its work once every copy is filled, unless asked to stay.
+        if (!keep_snapshot) {
+            try {
+                snapshots.remove(taken->snapshot.snapshot_id, owner);
+            } catch (const std::exception& e) {
+                log::warning("removing the snapshot {} of a fork: {}", taken->snapshot.snapshot_id, e.what());
+            }
         }
     }
-    std::exception_ptr failure;
+    std::exception_ptr failure = taken->failure;
     for (const auto& copy : copies) {
         if (copy->failure && !failure) failure = copy->failure;
     }
     if (failure || context->cancelled()) {
-        // All or nothing: no copy stays when one could not be made.
+        // All or nothing: no copy stays when one could not be made, nor a kept snapshot nobody heard of.
         for (const auto& copy : copies) {
             if (copy->box) co_await env.manager.destroy(copy->box->id());
+        }
+        if (!taken->failure && keep_snapshot) {
+            try {
+                snapshots.remove(taken->snapshot.snapshot_id, owner);
+            } catch (const std::exception& e) {
+                log::warning("removing the snapshot {} of a failed fork: {}", taken->snapshot.snapshot_id, e.what());
+            }
         }
         if (failure) std::rethrow_exception(failure);
         co_return ToolResult{};
@@ -106,7 +141,7 @@ asio::awaitable<ToolResult> fork_sandbox(Env env, simdjson::dom::element argumen
     w.begin_object().key("sandbox_ids").begin_array();
     for (const auto& copy : copies) w.value(copy->box->id());
     w.end_array();
-    if (keep_snapshot) w.field("snapshot_id", snapshot.snapshot_id);
+    if (keep_snapshot) w.field("snapshot_id", taken->snapshot.snapshot_id);
     w.end_object();
     co_return structured(w.take());
 }
