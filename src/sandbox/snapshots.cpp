@@ -39,8 +39,8 @@ constexpr std::uint64_t bytes_per_checkpoint = 100 * 10240;
 constexpr std::string_view checkpoint_mark = "#cubicle-read";
 constexpr std::size_t most_error_bytes = 2000;
 
-std::int64_t now_s() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -187,7 +187,7 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
     snapshot.spec = spec_like(*box);
     snapshot.stateful = box->stateful();
     snapshot.auto_install = box->auto_install();
-    snapshot.created = now_s();
+    snapshot.created_ms = now_ms();
     const auto& id = snapshot.snapshot_id;
     // Held while it is taken: retention and delete_snapshot leave it alone, and a record that
     // stays incomplete and unheld is what a server that died meanwhile left (retention removes it).
@@ -358,7 +358,7 @@ std::vector<store::Snapshot> Snapshots::list(const std::string& owner) {
         if (snapshot.owner == owner && snapshot.complete) out.push_back(std::move(snapshot));
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-        return a.created != b.created ? a.created < b.created : a.snapshot_id < b.snapshot_id;
+        return a.created_ms != b.created_ms ? a.created_ms < b.created_ms : a.snapshot_id < b.snapshot_id;
     });
     return out;
 }

@@ -39,7 +39,7 @@ std::string to_json(const Snapshot& snapshot) {
     w.field("owner", snapshot.owner).field("source_sandbox_id", snapshot.source_sandbox_id).key("spec");
     write_spec(w, snapshot.spec);
     w.field("stateful", snapshot.stateful).field("auto_install", snapshot.auto_install);
-    w.field("created", snapshot.created).field("size_bytes", snapshot.size_bytes).field("complete", snapshot.complete);
+    w.field("created_ms", snapshot.created_ms).field("size_bytes", snapshot.size_bytes).field("complete", snapshot.complete);
     w.end_object();
     return w.take() + "\n";
 }
@@ -59,7 +59,7 @@ Snapshot snapshot_from_json(std::string_view text) {
     snapshot.spec = read_spec(spec);
     snapshot.stateful = flag_of(root, "stateful");
     snapshot.auto_install = flag_of(root, "auto_install");
-    snapshot.created = number_of<std::int64_t>(root, "created");
+    snapshot.created_ms = number_of<std::int64_t>(root, "created_ms");
     snapshot.size_bytes = number_of<std::uint64_t>(root, "size_bytes");
     snapshot.complete = flag_of(root, "complete");
     return snapshot;
@@ -96,8 +96,9 @@ Expired expired_together(std::vector<SavedSandbox> saved, std::vector<Snapshot> 
         std::string id;
     };
     std::vector<Item> items;
-    for (auto& one : saved) items.push_back({one.last_used, one.size_bytes, false, std::move(one.sandbox_id)});
-    for (auto& one : snapshots) items.push_back({one.created, one.size_bytes, true, std::move(one.snapshot_id)});
+    // In milliseconds: a saved sandbox's last use is kept in seconds, a snapshot's creation finer.
+    for (auto& one : saved) items.push_back({one.last_used * 1000, one.size_bytes, false, std::move(one.sandbox_id)});
+    for (auto& one : snapshots) items.push_back({one.created_ms, one.size_bytes, true, std::move(one.snapshot_id)});
     // Newest first: what is kept of each kind is a prefix.
     std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.time > b.time; });
     Expired out;
@@ -108,7 +109,7 @@ Expired expired_together(std::vector<SavedSandbox> saved, std::vector<Snapshot> 
     for (auto& item : items) {
         auto kind = item.snapshot ? 1 : 0;
         std::size_t most = item.snapshot ? rules.most_snapshots : rules.most_saved;
-        bool stale = rules.ttl_s > 0 && now - item.time > rules.ttl_s;
+        bool stale = rules.ttl_s > 0 && now * 1000 - item.time > rules.ttl_s * 1000;
         bool newest = kept[kind] == 0;
         full[kind] = full[kind] || (!newest && kept[kind] >= most);
         over_bytes = over_bytes || (!newest && rules.most_bytes > 0 && bytes + item.bytes > rules.most_bytes);

@@ -26,7 +26,7 @@ struct Snapshot {
     sandbox::SandboxSpec spec;     // the source's: image, limits, env
     bool stateful = true;
     bool auto_install = true;
-    std::int64_t created = 0;      // Unix seconds
+    std::int64_t created_ms = 0;   // Unix milliseconds: snapshots taken in one second keep their order
     std::uint64_t size_bytes = 0;  // of its archive
     bool complete = false;         // false while it is being taken (its archive is not whole yet)
 };

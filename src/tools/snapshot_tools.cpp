@@ -35,7 +35,7 @@ double size_mb(std::uint64_t bytes) { return std::round(static_cast<double>(byte
 void write_snapshot(json::Writer& w, const store::Snapshot& snapshot) {
     w.begin_object().field("snapshot_id", snapshot.snapshot_id).field("name", snapshot.name);
     w.field("source_sandbox_id", snapshot.source_sandbox_id).field("image", snapshot.spec.image);
-    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created)).end_object();
+    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created_ms / 1000)).end_object();
 }
 
 asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arguments, Context context) {
@@ -44,7 +44,7 @@ asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arg
     auto snapshot = co_await env.manager.snapshots().take(box, context->principal(), args.string("name").value_or(""));
     json::Writer w;
     w.begin_object().field("snapshot_id", snapshot.snapshot_id).field("name", snapshot.name);
-    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created)).end_object();
+    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created_ms / 1000)).end_object();
     co_return structured(w.take());
 }
 

@@ -37,7 +37,7 @@ def snapshot_files(state: Path) -> list[str]:
 async def install_greet_pkg(srv, sid: str) -> None:
     await srv.ok("write_file", {"sandbox_id": sid, "path": "greet_pkg-1.0-py3-none-any.whl",
                                 "content": base64.b64encode(wheel()).decode(), "encoding": "base64"})
-    r = await srv.sh(sid, "pip install --user --no-index --no-deps ./greet_pkg-1.0-py3-none-any.whl 2>&1 | tail -1")
+    r = await srv.sh(sid, "pip install --user --break-system-packages --no-index --no-deps ./greet_pkg-1.0-py3-none-any.whl 2>&1 | tail -1")
     assert r["exit_code"] == 0 and "Successfully installed" in r["stdout"], r
 
 

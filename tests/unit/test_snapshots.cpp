@@ -17,11 +17,12 @@ using store::Snapshot;
 
 namespace {
 
+// `created` in seconds, as the tests think.
 Snapshot snapshot(std::string id, std::int64_t created, std::uint64_t bytes) {
     Snapshot s;
     s.snapshot_id = std::move(id);
     s.owner = "alice";
-    s.created = created;
+    s.created_ms = created * 1000;
     s.size_bytes = bytes;
     s.complete = true;
     return s;
@@ -72,7 +73,7 @@ TEST(SnapshotRecord, RoundTripsEveryField) {
     EXPECT_EQ(back.spec.env, s.spec.env);
     EXPECT_FALSE(back.stateful);
     EXPECT_FALSE(back.auto_install);
-    EXPECT_EQ(back.created, 1234);
+    EXPECT_EQ(back.created_ms, 1234 * 1000);
     EXPECT_EQ(back.size_bytes, 99 * mb);
     EXPECT_TRUE(back.complete);
 }
@@ -99,6 +100,17 @@ TEST(SnapshotRetention, OldestPastTheCountGo) {
     auto out = expired_together({}, {snapshot("s1", now - 30, 1), snapshot("s3", now - 10, 1), snapshot("s2", now - 20, 1)}, rules, now);
     EXPECT_EQ(out.snapshots, std::vector<std::string>{"s1"});
     EXPECT_TRUE(out.sandboxes.empty());
+}
+
+TEST(SnapshotRetention, SnapshotsOfOneSecondKeepTheirOrder) {
+    Retention rules;
+    rules.most_snapshots = 2;
+    auto a = snapshot("a", now, 1), b = snapshot("b", now, 1), c = snapshot("c", now, 1);
+    a.created_ms += 1;
+    b.created_ms += 2;
+    c.created_ms += 3;
+    auto out = expired_together({}, {c, a, b}, rules, now);
+    EXPECT_EQ(out.snapshots, std::vector<std::string>{"a"});
 }
 
 TEST(SnapshotRetention, TtlCountsFromCreation) {
