@@ -38,6 +38,8 @@ constexpr std::uint64_t feed_window = 16 << 20;
 constexpr std::uint64_t bytes_per_checkpoint = 100 * 10240;
 constexpr std::string_view checkpoint_mark = "#cubicle-read";
 constexpr std::size_t most_error_bytes = 2000;
+// How often a fork's copy looks whether the archive it follows has grown.
+constexpr auto growth_poll = std::chrono::milliseconds(5);
 
 std::int64_t now_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -175,7 +177,8 @@ SandboxSpec Snapshots::spec_like(const Sandbox& box) {
     return spec;
 }
 
-asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable) {
+asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable,
+                                                 std::shared_ptr<Growing> growing) {
     if (auto problem = store::invalid_snapshot_name(name)) throw ToolError("name: " + *problem);
     if (!box->uses_agent()) throw ToolError("snapshots need the sandbox's agent, and this sandbox runs programs through Docker exec");
     const auto& store = keeper_.store();
@@ -200,6 +203,7 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
         store.write(store::snapshots, id, store::to_json(snapshot));
         Fd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
         if (file.get() < 0) throw ToolError(fmt::format("cannot write the snapshot to {}: {}", path.string(), std::strerror(errno)));
+        if (growing) growing->snapshot = snapshot;
         auto taking = std::make_shared<Taking>(file.get(), bound.bytes);
         OutputSink sink = [taking](docker::StreamKind kind, std::string_view data) {
             if (kind == docker::StreamKind::stderr_) {
@@ -258,9 +262,11 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
         failure = std::current_exception();
     }
     if (failure) {
+        if (growing) growing->failed = true;
         store.remove(store::snapshots, id);  // nothing stays of a snapshot that was not taken
         std::rethrow_exception(failure);
     }
+    if (growing) growing->done = true;
     hold.reset();
     log::info("snapshot {} of sandbox {} ({}) for {}", id, box->id(), mib(snapshot.size_bytes), owner);
     co_await keeper_.retain(owner);
@@ -268,6 +274,21 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
 }
 
 asio::awaitable<void> Snapshots::restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot) {
+    co_await unpack(std::move(box), std::move(snapshot), nullptr);
+}
+
+asio::awaitable<void> Snapshots::restore_growing(std::shared_ptr<Sandbox> box, std::shared_ptr<Growing> growing) {
+    asio::steady_timer pause(co_await asio::this_coro::executor);
+    while (!growing->snapshot && !growing->failed) {
+        pause.expires_after(growth_poll);
+        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+    if (growing->failed) throw ToolError("the snapshot could not be taken");
+    auto snapshot = *growing->snapshot;
+    co_await unpack(std::move(box), std::move(snapshot), std::move(growing));
+}
+
+asio::awaitable<void> Snapshots::unpack(std::shared_ptr<Sandbox> box, store::Snapshot snapshot, std::shared_ptr<Growing> growing) {
     if (!box->uses_agent()) throw ToolError("snapshots need the sandbox's agent, and this sandbox runs programs through Docker exec");
     const auto& store = keeper_.store();
     auto path = store.path_of(store::snapshots, snapshot.snapshot_id, store::snapshot_archive);
@@ -305,6 +326,20 @@ asio::awaitable<void> Snapshots::restore(std::shared_ptr<Sandbox> box, store::Sn
         }
         auto n = ::read(file.get(), chunk.data(), chunk.size());
         if (n < 0 && errno == EINTR) continue;
+        // At the end of what is written so far of an archive still being taken: wait for more.
+        // (Nothing runs between the read and this test, so a taking seen done wrote all before it.)
+        if (n == 0 && growing && !growing->done && !growing->failed) {
+            co_await feeding->changed(growth_poll);
+            continue;
+        }
+        if (growing && growing->failed) {
+            try {
+                box->send_input(*handle, {}, true);
+            } catch (const ToolError&) {
+                // tar has ended already
+            }
+            break;
+        }
         try {
             if (n <= 0) {
                 if (n < 0) read_error = errno;
@@ -319,6 +354,7 @@ asio::awaitable<void> Snapshots::restore(std::shared_ptr<Sandbox> box, store::Sn
     }
     while (!feeding->done) co_await feeding->changed();
     if (feeding->failure) std::rethrow_exception(feeding->failure);
+    if (growing && growing->failed) throw ToolError("the snapshot could not be taken");
     if (read_error) throw ToolError(fmt::format("reading the archive of snapshot {}: {}", snapshot.snapshot_id, std::strerror(read_error)));
     const auto& status = feeding->result.status;
     if (status.timed_out) throw ToolError(fmt::format("restoring snapshot {} timed out", snapshot.snapshot_id));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@
 
 namespace cubicle::sandbox {
 
+// A snapshot while it is taken, for those that fill sandboxes from it as it grows (fork_sandbox):
+// its record (id and settings) once its archive is open, and whether that is whole or failed.
+struct Growing {
+    std::optional<store::Snapshot> snapshot;
+    bool done = false;
+    bool failed = false;
+};
+
 class Snapshots {
 public:
     Snapshots(Keeper& keeper, const Config& config);
@@ -29,12 +38,18 @@ public:
     // hold or than --max-saved-mb allows. Applies the retention rules afterwards.
     // `durable`: on disk (fsynced) before the record says it is whole; a fork's snapshot,
     // deleted once its copies are made, need not be.
-    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable = true);
+    // `growing`, if any, follows it.
+    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable = true,
+                                          std::shared_ptr<Growing> growing = nullptr);
     // What a sandbox like `box` is made of: its spec without what was its own (network, volume, id).
     static SandboxSpec spec_like(const Sandbox& box);
     // Unpacks `snapshot` into `box`'s workspace and restarts its interpreters, so that
     // they see what it brought (packages installed with --user into the workspace).
     asio::awaitable<void> restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot);
+    // The same from a snapshot still being taken: its archive is read as it grows, so that
+    // the copies of a fork are filled while the source is archived. Throws ToolError when
+    // the taking fails.
+    asio::awaitable<void> restore_growing(std::shared_ptr<Sandbox> box, std::shared_ptr<Growing> growing);
 
     // `owner`'s snapshot `id`. Throws ToolError when there is none: another principal's
     // snapshot gets the same answer as an id that never existed.
@@ -46,6 +61,7 @@ public:
     void remove(const std::string& id, const std::string& owner);
 
 private:
+    asio::awaitable<void> unpack(std::shared_ptr<Sandbox> box, store::Snapshot snapshot, std::shared_ptr<Growing> growing);
     // The most bytes a snapshot of `box` may take, and which rule says so.
     struct Bound {
         std::uint64_t bytes;

@@ -48,26 +48,19 @@ asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arg
     co_return structured(w.take());
 }
 
-// One copy of a fork: a sandbox like the source, then filled from the snapshot.
+// One copy of a fork: a sandbox like the source, filled from the snapshot as it is taken.
 struct Copy {
     std::shared_ptr<Sandbox> box;
     std::exception_ptr failure;
 };
 
-asio::awaitable<void> start_copy(Env env, sandbox::SandboxSpec spec, std::string owner, std::shared_ptr<Copy> copy) {
+asio::awaitable<void> make_copy(Env env, sandbox::SandboxSpec spec, bool stateful, bool auto_install, std::string owner,
+                                std::shared_ptr<sandbox::Growing> growing, std::shared_ptr<Copy> copy) {
     try {
         copy->box = co_await env.manager.create(std::move(spec), owner, false);
-    } catch (...) {
-        copy->failure = std::current_exception();
-    }
-}
-
-asio::awaitable<void> fill_copy(Env env, store::Snapshot snapshot, std::shared_ptr<Copy> copy) {
-    if (!copy->box) co_return;
-    try {
-        copy->box->set_stateful(snapshot.stateful);
-        copy->box->set_auto_install(snapshot.auto_install);
-        co_await env.manager.snapshots().restore(copy->box, std::move(snapshot));
+        copy->box->set_stateful(stateful);
+        copy->box->set_auto_install(auto_install);
+        co_await env.manager.snapshots().restore_growing(copy->box, growing);
     } catch (...) {
         copy->failure = std::current_exception();
     }
@@ -78,11 +71,13 @@ struct Taken {
     std::exception_ptr failure;
 };
 
-asio::awaitable<void> take_for_fork(Env env, std::shared_ptr<Sandbox> box, std::string owner, bool durable, std::shared_ptr<Taken> taken) {
+asio::awaitable<void> take_for_fork(Env env, std::shared_ptr<Sandbox> box, std::string owner, bool durable,
+                                    std::shared_ptr<sandbox::Growing> growing, std::shared_ptr<Taken> taken) {
     try {
-        taken->snapshot = co_await env.manager.snapshots().take(box, owner, "fork of " + box->id(), durable);
+        taken->snapshot = co_await env.manager.snapshots().take(box, owner, "fork of " + box->id(), durable, growing);
     } catch (...) {
         taken->failure = std::current_exception();
+        growing->failed = true;  // also when it failed before it began: the copies stop waiting
     }
 }
 
@@ -94,45 +89,36 @@ asio::awaitable<ToolResult> fork_sandbox(Env env, simdjson::dom::element argumen
     bool keep_snapshot = args.boolean("keep_snapshot").value_or(false);
     auto& snapshots = env.manager.snapshots();
     auto executor = co_await asio::this_coro::executor;
-    // The copies' containers start while the snapshot is taken: only their files wait for it.
+    // All at once: the copies' containers start while the source is archived, and each is
+    // filled from the archive as it grows.
+    auto growing = std::make_shared<sandbox::Growing>();
     auto taken = std::make_shared<Taken>();
     std::vector<std::shared_ptr<Copy>> copies;
     std::vector<asio::awaitable<void>> steps;
-    steps.push_back(take_for_fork(env, box, owner, keep_snapshot, taken));
+    steps.push_back(take_for_fork(env, box, owner, keep_snapshot, growing, taken));
     auto spec = sandbox::Snapshots::spec_like(*box);
     for (std::int64_t i = 0; i < count; ++i) {
         copies.push_back(std::make_shared<Copy>());
-        steps.push_back(start_copy(env, spec, owner, copies.back()));
+        steps.push_back(make_copy(env, spec, box->stateful(), box->auto_install(), owner, growing, copies.back()));
     }
     co_await all_at_once(executor, std::move(steps));
-    if (!taken->failure) {
-        std::vector<asio::awaitable<void>> fills;
-        for (const auto& copy : copies) fills.push_back(fill_copy(env, taken->snapshot, copy));
-        co_await all_at_once(executor, std::move(fills));
-        // The implicit snapshot has done its work once every copy is filled, unless asked to stay.
-        if (!keep_snapshot) {
-            try {
-                snapshots.remove(taken->snapshot.snapshot_id, owner);
-            } catch (const std::exception& e) {
-                log::warning("removing the snapshot {} of a fork: {}", taken->snapshot.snapshot_id, e.what());
-            }
-        }
-    }
     std::exception_ptr failure = taken->failure;
     for (const auto& copy : copies) {
         if (copy->failure && !failure) failure = copy->failure;
     }
+    // The implicit snapshot has done its work once every copy is filled, unless asked to stay
+    // (and then only when the fork worked: nobody would hear of it otherwise).
+    if (!taken->failure && (!keep_snapshot || failure || context->cancelled())) {
+        try {
+            snapshots.remove(taken->snapshot.snapshot_id, owner);
+        } catch (const std::exception& e) {
+            log::warning("removing the snapshot {} of a fork: {}", taken->snapshot.snapshot_id, e.what());
+        }
+    }
     if (failure || context->cancelled()) {
-        // All or nothing: no copy stays when one could not be made, nor a kept snapshot nobody heard of.
+        // All or nothing: no copy stays when one could not be made.
         for (const auto& copy : copies) {
             if (copy->box) co_await env.manager.destroy(copy->box->id());
-        }
-        if (!taken->failure && keep_snapshot) {
-            try {
-                snapshots.remove(taken->snapshot.snapshot_id, owner);
-            } catch (const std::exception& e) {
-                log::warning("removing the snapshot {} of a failed fork: {}", taken->snapshot.snapshot_id, e.what());
-            }
         }
         if (failure) std::rethrow_exception(failure);
         co_return ToolResult{};
