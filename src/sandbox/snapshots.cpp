@@ -177,7 +177,7 @@ SandboxSpec Snapshots::spec_like(const Sandbox& box) {
     return spec;
 }
 
-asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable,
+asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool kept,
                                                  std::shared_ptr<Growing> growing) {
     if (auto problem = store::invalid_snapshot_name(name)) throw ToolError("name: " + *problem);
     if (!box->uses_agent()) throw ToolError("snapshots need the sandbox's agent, and this sandbox runs programs through Docker exec");
@@ -248,7 +248,7 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
             throw ToolError(fmt::format("taking the snapshot failed (tar: {})", said(taking->errors)));
         }
         // On disk before the record says it is whole.
-        if ((durable && ::fdatasync(file.get()) != 0) || file.close() != 0) {
+        if ((kept && ::fdatasync(file.get()) != 0) || file.close() != 0) {
             throw ToolError(fmt::format("cannot write the snapshot to {}: {}", path.string(), std::strerror(errno)));
         }
         snapshot.size_bytes = taking->bytes;
@@ -269,8 +269,17 @@ asio::awaitable<store::Snapshot> Snapshots::take(std::shared_ptr<Sandbox> box, s
     if (growing) growing->done = true;
     hold.reset();
     log::info("snapshot {} of sandbox {} ({}) for {}", id, box->id(), mib(snapshot.size_bytes), owner);
-    co_await keeper_.retain(owner);
+    if (kept) co_await keeper_.retain(owner);
     co_return snapshot;
+}
+
+asio::awaitable<void> Snapshots::keep(store::Snapshot snapshot) {
+    auto path = keeper_.store().path_of(store::snapshots, snapshot.snapshot_id, store::snapshot_archive);
+    Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (file.get() < 0 || ::fdatasync(file.get()) != 0) {
+        throw ToolError(fmt::format("cannot keep snapshot {}: {}", snapshot.snapshot_id, std::strerror(errno)));
+    }
+    co_await keeper_.retain(snapshot.owner);
 }
 
 asio::awaitable<void> Snapshots::restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot) {

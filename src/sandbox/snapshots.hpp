@@ -36,13 +36,14 @@ public:
     // Archives `box`'s workspace (not its memory) for `owner`, with its spec and settings.
     // Refused, leaving nothing, when the archive would be larger than the workspace can
     // hold or than --max-saved-mb allows. Applies the retention rules afterwards.
-    // `durable`: on disk (fsynced) before the record says it is whole; a fork's snapshot,
-    // deleted once its copies are made, need not be.
-    // `growing`, if any, follows it.
-    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool durable = true,
+    // `kept` false: a fork's own snapshot, deleted once its copies are made unless `keep` is
+    // called; it is not fsynced and pushes no older snapshot out. `growing`, if any, follows it.
+    asio::awaitable<store::Snapshot> take(std::shared_ptr<Sandbox> box, std::string owner, std::string name, bool kept = true,
                                           std::shared_ptr<Growing> growing = nullptr);
     // What a sandbox like `box` is made of: its spec without what was its own (network, volume, id).
     static SandboxSpec spec_like(const Sandbox& box);
+    // Keeps a snapshot taken with `kept` false for good: on disk, and counted by retention.
+    asio::awaitable<void> keep(store::Snapshot snapshot);
     // Unpacks `snapshot` into `box`'s workspace and restarts its interpreters, so that
     // they see what it brought (packages installed with --user into the workspace).
     asio::awaitable<void> restore(std::shared_ptr<Sandbox> box, store::Snapshot snapshot);

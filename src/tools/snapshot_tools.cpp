@@ -71,10 +71,10 @@ struct Taken {
     std::exception_ptr failure;
 };
 
-asio::awaitable<void> take_for_fork(Env env, std::shared_ptr<Sandbox> box, std::string owner, bool durable,
+asio::awaitable<void> take_for_fork(Env env, std::shared_ptr<Sandbox> box, std::string owner,
                                     std::shared_ptr<sandbox::Growing> growing, std::shared_ptr<Taken> taken) {
     try {
-        taken->snapshot = co_await env.manager.snapshots().take(box, owner, "fork of " + box->id(), durable, growing);
+        taken->snapshot = co_await env.manager.snapshots().take(box, owner, "fork of " + box->id(), false, growing);
     } catch (...) {
         taken->failure = std::current_exception();
         growing->failed = true;  // also when it failed before it began: the copies stop waiting
@@ -95,7 +95,7 @@ asio::awaitable<ToolResult> fork_sandbox(Env env, simdjson::dom::element argumen
     auto taken = std::make_shared<Taken>();
     std::vector<std::shared_ptr<Copy>> copies;
     std::vector<asio::awaitable<void>> steps;
-    steps.push_back(take_for_fork(env, box, owner, keep_snapshot, growing, taken));
+    steps.push_back(take_for_fork(env, box, owner, growing, taken));
     auto spec = sandbox::Snapshots::spec_like(*box);
     for (std::int64_t i = 0; i < count; ++i) {
         copies.push_back(std::make_shared<Copy>());
@@ -123,6 +123,8 @@ asio::awaitable<ToolResult> fork_sandbox(Env env, simdjson::dom::element argumen
         if (failure) std::rethrow_exception(failure);
         co_return ToolResult{};
     }
+    // Asked to stay: from now on it is a snapshot like the others (on disk, counted by retention).
+    if (keep_snapshot) co_await snapshots.keep(taken->snapshot);
     json::Writer w;
     w.begin_object().key("sandbox_ids").begin_array();
     for (const auto& copy : copies) w.value(copy->box->id());

@@ -131,7 +131,7 @@ async def test_from_snapshot_restores_files_env_and_limits_and_delete_frees_it(t
 
 async def test_storage_limits_and_bad_input_are_clear_errors(tmp_path):
     state = tmp_path / "state"
-    async with start_server(*state_args(state, "--max-saved-mb", "1", "--max-snapshots", "2")) as srv:
+    async with start_server(*state_args(state, "--max-saved-mb", "1", "--max-snapshots", "2", "--max-sandboxes", "2")) as srv:
         sid = (await srv.ok("initialize_sandbox"))["sandbox_id"]
         assert (await srv.sh(sid, "head -c 2000000 /dev/urandom > big.bin"))["exit_code"] == 0
         kind, text = await srv.tool_error("snapshot_sandbox", {"sandbox_id": sid})
@@ -158,7 +158,37 @@ async def test_storage_limits_and_bad_input_are_clear_errors(tmp_path):
         assert kind == "isError" and "no snapshot with id" in text, text
         kind, text = await srv.tool_error("snapshot_sandbox", {"sandbox_id": sid, "name": "a/b"})
         assert kind == "isError" and "name" in text, text
-        for snap_id in ids[1:]:
+        # All or nothing: with room for one more sandbox, a fork of two leaves no copy and no snapshot.
+        kind, text = await srv.tool_error("fork_sandbox", {"sandbox_id": sid, "count": 2, "keep_snapshot": True})
+        assert kind == "isError" and "maximum of 2 sandboxes" in text, text
+        assert [b["sandbox_id"] for b in (await srv.ok("get_sandbox_status"))["sandboxes"]] == [sid]
+        assert sorted(s["snapshot_id"] for s in (await srv.ok("list_snapshots"))["snapshots"]) == sorted(ids[1:])
+        # keep_snapshot: the fork's snapshot stays, listed, and counts (--max-snapshots 2 pushes out the oldest).
+        fork = await srv.ok("fork_sandbox", {"sandbox_id": sid, "count": 1, "keep_snapshot": True})
+        listed = sorted(s["snapshot_id"] for s in (await srv.ok("list_snapshots"))["snapshots"])
+        assert listed == sorted([ids[2], fork["snapshot_id"]]), (ids, fork, listed)
+        await srv.ok("stop_sandbox", {"sandbox_id": fork["sandbox_ids"][0]})
+        for snap_id in listed:
             await srv.ok("delete_snapshot", {"snapshot_id": snap_id})
         assert snapshot_files(state) == []
         await srv.ok("stop_sandbox", {"sandbox_id": sid})
+
+
+async def test_a_snapshot_of_100_mb_restores_whole_and_its_deletion_frees_the_space(tmp_path):
+    state = tmp_path / "state"
+    make = "mkdir -p data && for i in $(seq 1 100); do head -c 1048576 /dev/urandom > data/f$i.bin; done"
+    digest = "cat data/f*.bin | sha256sum | cut -c1-64; ls data | wc -l"
+    async with start_server(*state_args(state)) as srv:
+        sid = (await srv.ok("initialize_sandbox"))["sandbox_id"]
+        assert (await srv.sh(sid, make, timeout_s=120))["exit_code"] == 0
+        expected = (await srv.sh(sid, digest))["stdout"]
+        snap = await srv.ok("snapshot_sandbox", {"sandbox_id": sid})
+        assert 100 <= snap["size_mb"] < 101, snap
+        archive = state / "snapshots" / f"{snap['snapshot_id']}.tar"
+        assert archive.stat().st_size >= 100 << 20
+        copy = (await srv.ok("initialize_sandbox", {"from_snapshot": snap["snapshot_id"]}))["sandbox_id"]
+        assert (await srv.sh(copy, digest))["stdout"] == expected
+        await srv.ok("delete_snapshot", {"snapshot_id": snap["snapshot_id"]})
+        assert not archive.exists() and snapshot_files(state) == []
+        for box in (sid, copy):
+            await srv.ok("stop_sandbox", {"sandbox_id": box})
