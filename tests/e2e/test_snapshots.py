@@ -192,3 +192,20 @@ async def test_a_snapshot_of_100_mb_restores_whole_and_its_deletion_frees_the_sp
         assert not archive.exists() and snapshot_files(state) == []
         for box in (sid, copy):
             await srv.ok("stop_sandbox", {"sandbox_id": box})
+
+
+async def test_snapshots_outlive_their_server(tmp_path):
+    state = tmp_path / "state"
+    async with start_server(*state_args(state)) as srv:
+        sid = (await srv.ok("initialize_sandbox", {"env": {"KEPT": "yes"}}))["sandbox_id"]
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "notes.txt", "content": "from the first server\n"})
+        snap = (await srv.ok("snapshot_sandbox", {"sandbox_id": sid, "name": "across"}))["snapshot_id"]
+    async with start_server(*state_args(state)) as srv:
+        listed = (await srv.ok("list_snapshots"))["snapshots"]
+        assert [(s["snapshot_id"], s["name"], s["source_sandbox_id"]) for s in listed] == [(snap, "across", sid)], listed
+        box = (await srv.ok("initialize_sandbox", {"from_snapshot": snap}))["sandbox_id"]
+        out = await srv.sh(box, "cat notes.txt; echo $KEPT")
+        assert out["stdout"] == "from the first server\nyes\n", out
+        await srv.ok("stop_sandbox", {"sandbox_id": box})
+        await srv.ok("delete_snapshot", {"snapshot_id": snap})
+    assert snapshot_files(state) == []
