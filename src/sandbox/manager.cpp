@@ -478,8 +478,10 @@ asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner
         // A container left by a server that died holding it (the hold is ours now, so that
         // server is gone): it must not write to the workspace any more.
         std::string label = fmt::format("{}={}", label_sandbox, saved->sandbox_id);
-        for (const auto& stale : co_await docker_.list_containers(label)) co_await docker_.remove_container(stale.id);
+        auto stale = co_await docker_.list_containers(label);
+        for (const auto& container : stale) co_await docker_.remove_container(container.id);
         auto sandbox = co_await create(std::move(spec), owner, false, std::move(status));
+        if (!resumed) co_await check_writable(sandbox);
         sandbox->set_stateful(saved->stateful);
         sandbox->set_auto_install(saved->auto_install);
         co_return Kept{sandbox, resumed, resumed};
@@ -496,6 +498,20 @@ asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner
     }
     keeper_.release(saved->sandbox_id);
     std::rethrow_exception(failure);
+}
+
+asio::awaitable<void> Manager::check_writable(std::shared_ptr<Sandbox> sandbox) {
+    agent::RunRequest request;
+    request.argv = {"test", "-w", sandbox->workspace()};
+    request.timeout_ms = 10'000;
+    OutputSink no_sink;
+    auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
+    if (result.status.exit_code == 0) co_return;
+    auto image = sandbox->spec().image;
+    co_await destroy(sandbox->id(), "stopped", true);
+    throw ToolError(fmt::format("the image {} has no {} owned by the sandbox user (uid {}), and a persistent sandbox's "
+                                "volume takes its owner from there; use one of cubicle's images, or one that has it",
+                                image, workspace_dir, sandbox_uid));
 }
 
 asio::awaitable<bool> Manager::erase_saved(std::string id, std::string owner) {

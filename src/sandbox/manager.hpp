@@ -127,6 +127,8 @@ private:
     // `channel`: the agent's channel the container mounts, if any.
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
                                                     bool copy_agent, std::unique_ptr<AgentChannel> channel);
+    // Throws ToolError (and removes it) when a new persistent sandbox's user cannot write its workspace.
+    asio::awaitable<void> check_writable(std::shared_ptr<Sandbox> sandbox);
     // Saves a live persistent sandbox's record (its workspace's size, `reason`) before its container goes.
     asio::awaitable<void> save(std::shared_ptr<Sandbox> sandbox, std::string reason);
     // Removes a shared-container workspace's files and processes; the container stays.

@@ -54,7 +54,7 @@ async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(tmp_path, r
         await srv.ok("write_file", {"sandbox_id": sid, "path": "data/notes.txt", "content": "kept\n"})
         await srv.ok("write_file", {"sandbox_id": sid, "path": "greet_pkg-1.0-py3-none-any.whl",
                                     "content": base64.b64encode(wheel()).decode(), "encoding": "base64"})
-        r = await srv.sh(sid, "pip install --user --no-index --no-deps ./greet_pkg-1.0-py3-none-any.whl 2>&1 | tail -1")
+        r = await srv.sh(sid, "pip install --user --break-system-packages --no-index --no-deps ./greet_pkg-1.0-py3-none-any.whl 2>&1 | tail -1")
         assert r["exit_code"] == 0 and "Successfully installed" in r["stdout"], r
         await srv.ok("execute_code", {"sandbox_id": sid, "code": "x = 41"})
         status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
@@ -175,3 +175,23 @@ async def test_two_servers_on_one_store_never_share_a_sandbox(tmp_path):
         assert again["sandbox_id"] == box["sandbox_id"] and again["resumed"], again
         await second.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"], "delete": True})
     assert not volumes_of(box["sandbox_id"])
+
+
+async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_path):
+    """A fresh volume takes its owner from the image's /workspace: one that root owns is refused
+    clearly, and nothing of the attempt is left."""
+    from conftest import IMAGE
+    tag = f"cubicle-test-root-workspace:{tmp_path.name[-12:].lower()}"
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nUSER root\nRUN chown root:root /workspace\nUSER 1000:1000\n")
+    docker("build", "-q", "-t", tag, str(tmp_path))
+    persistent_volumes = lambda: set(docker("volume", "ls", "-q", "--filter", "label=io.cubicle.persistent=true").stdout.split())
+    before = persistent_volumes()
+    try:
+        async with start_server(*state_args(tmp_path / "state")) as srv:
+            kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True, "image": tag})
+            assert "owned by the sandbox user" in text, text
+            assert (await srv.ok("get_sandbox_status"))["saved"] == []
+        assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))
+        assert persistent_volumes() <= before, "the new sandbox's volume is removed"
+    finally:
+        docker("rmi", "-f", tag)
