@@ -204,8 +204,12 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_saved_sandboxes = parse_number("--max-saved-sandboxes", v, 1, 10000); }},
         {"--saved-ttl-days", "CUBICLE_SAVED_TTL_DAYS", "N", "days a saved sandbox is kept after its last use (0: until removed)",
          [](Config& c, std::string_view v) { c.saved_ttl_days = parse_number("--saved-ttl-days", v, 0, 36500); }},
-        {"--max-saved-mb", "CUBICLE_MAX_SAVED_MB", "N", "most MiB of saved sandboxes per principal (0: no limit)",
+        {"--max-saved-mb", "CUBICLE_MAX_SAVED_MB", "N",
+         "most MiB of saved sandboxes and snapshots together per principal (the oldest go; 0: no limit)",
          [](Config& c, std::string_view v) { c.max_saved_mb = parse_number("--max-saved-mb", v, 0, 1 << 30); }},
+        {"--max-snapshots", "CUBICLE_MAX_SNAPSHOTS", "N",
+         "most snapshots per principal (the oldest go; they also expire with --saved-ttl-days, counted from their creation)",
+         [](Config& c, std::string_view v) { c.max_snapshots = parse_number("--max-snapshots", v, 1, 10000); }},
         {"--executor", "CUBICLE_EXECUTOR", "KIND",
          "agent (default; falls back to exec where the agent cannot run) or exec",
          [](Config& c, std::string_view v) {

@@ -56,6 +56,7 @@ struct Config {
     int max_saved_sandboxes = 10;  // per principal
     int saved_ttl_days = 7;        // counted from last use (0: kept until removed)
     int max_saved_mb = 0;          // per principal, saved workspaces and snapshots (0: no limit)
+    int max_snapshots = 20;        // per principal (snapshot_sandbox; the oldest go)
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
     std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)

@@ -9,6 +9,7 @@
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "sandbox/policy.hpp"
+#include "store/snapshot.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -222,31 +223,48 @@ std::vector<Keeper::Listed> Keeper::list(const std::string& owner) {
 }
 
 asio::awaitable<void> Keeper::retain(std::string owner, std::string keep) {
-    std::map<std::string, std::vector<store::SavedSandbox>> by_owner;
+    // Saved sandboxes and snapshots are weighed together (store::expired_together).
+    struct Owned {
+        std::vector<store::SavedSandbox> saved;
+        std::vector<store::Snapshot> snapshots;
+    };
+    std::map<std::string, Owned> by_owner;
+    auto ours = [&](const std::string& record_owner) {
+        return owner.empty() ? record_owner.starts_with(qualified("")) : record_owner == qualified(owner);
+    };
     try {
-        auto prefix = qualified("");
         for (auto& saved : records()) {
-            bool ours = owner.empty() ? saved.owner.starts_with(prefix) : saved.owner == qualified(owner);
-            if (!ours || held_.count(saved.sandbox_id) || store().held(store::sandboxes, saved.sandbox_id)) continue;
-            by_owner[saved.owner].push_back(std::move(saved));
+            if (!ours(saved.owner) || held_.count(saved.sandbox_id) || store().held(store::sandboxes, saved.sandbox_id)) continue;
+            by_owner[saved.owner].saved.push_back(std::move(saved));
+        }
+        for (auto& snapshot : store::snapshot_records(store())) {
+            if (!ours(snapshot.owner) || store().held(store::snapshots, snapshot.snapshot_id)) continue;  // being taken or removed
+            if (!snapshot.complete) {
+                // Its server died while taking it: nothing of it is usable.
+                store().remove(store::snapshots, snapshot.snapshot_id);
+                continue;
+            }
+            by_owner[snapshot.owner].snapshots.push_back(std::move(snapshot));
         }
     } catch (const std::exception& e) {
-        log::warning("reading saved sandboxes for retention: {}", e.what());
+        log::warning("reading saved sandboxes and snapshots for retention: {}", e.what());
         co_return;
     }
     store::Retention rules{static_cast<std::size_t>(config_.max_saved_sandboxes),
                            static_cast<std::int64_t>(config_.saved_ttl_days) * 86400,
-                           static_cast<std::uint64_t>(config_.max_saved_mb) << 20};
-    for (auto& [who, saved] : by_owner) {
-        auto gone = store::expired(saved, rules, now_s(), 0, keep);
-        for (const auto& id : gone) {
+                           static_cast<std::uint64_t>(config_.max_saved_mb) << 20,
+                           static_cast<std::size_t>(config_.max_snapshots)};
+    for (auto& [who, owned] : by_owner) {
+        auto principal = principal_of(who);
+        auto before = owned.saved;
+        auto expired = store::expired_together(std::move(owned.saved), std::move(owned.snapshots), rules, now_s(), keep);
+        for (const auto& id : expired.sandboxes) {
             try {
                 // Taken, and decided again on what is current under the hold.
-                auto principal = who.substr(qualified("").size());
                 auto current = take_by_id(principal, id);
                 if (!current) continue;
-                auto before = std::find_if(saved.begin(), saved.end(), [&](const auto& s) { return s.sandbox_id == id; });
-                if (before != saved.end() && current->last_used != before->last_used) {
+                auto was = std::find_if(before.begin(), before.end(), [&](const auto& s) { return s.sandbox_id == id; });
+                if (was != before.end() && current->last_used != was->last_used) {
                     release(id);
                     continue;
                 }
@@ -255,6 +273,16 @@ asio::awaitable<void> Keeper::retain(std::string owner, std::string keep) {
                 co_await erase(id);
             } catch (const std::exception& e) {
                 log::warning("removing the saved sandbox {}: {}", id, e.what());
+            }
+        }
+        for (const auto& id : expired.snapshots) {
+            try {
+                auto hold = store().try_hold(store::snapshots, id);
+                if (!hold) continue;
+                log::info("removing the snapshot {} of {} (retention: --max-snapshots, --saved-ttl-days, --max-saved-mb)", id, who);
+                store().remove(store::snapshots, id);
+            } catch (const std::exception& e) {
+                log::warning("removing the snapshot {}: {}", id, e.what());
             }
         }
     }

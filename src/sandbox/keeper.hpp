@@ -68,10 +68,17 @@ public:
         bool elsewhere = false;
     };
     std::vector<Listed> list(const std::string& owner);
-    // Removes `owner`'s saved sandboxes past --max-saved-sandboxes, --saved-ttl-days and
-    // --max-saved-mb (store::expired), `keep` aside; every owner of this server's transport
-    // when `owner` is empty. Never throws.
+    // Removes `owner`'s (a principal's) saved sandboxes and snapshots past
+    // --max-saved-sandboxes, --max-snapshots, --saved-ttl-days and --max-saved-mb
+    // (store::expired_together), `keep` aside, and snapshots whose taking a dead server
+    // left unfinished; every principal of this server's transport when `owner` is empty.
+    // Never throws.
     asio::awaitable<void> retain(std::string owner, std::string keep);
+
+    // The owner records keep for a principal: principals of stdio and HTTP never meet
+    // ("local" over HTTP is not stdio's user).
+    std::string qualified(const std::string& owner) const { return config_.transport + ":" + owner; }
+    std::string principal_of(const std::string& qualified_owner) const { return qualified_owner.substr(qualified("").size()); }
 
     // The store, opened on first use. Throws ToolError naming the directory when it cannot be.
     const store::Store& store();
@@ -88,8 +95,6 @@ private:
     std::optional<store::SavedSandbox> record(const std::string& sandbox_id);
     void write(const store::SavedSandbox& saved);
     std::string volume_config(const store::SavedSandbox& saved);
-    // Principals of stdio and HTTP never meet: "local" over HTTP is not stdio's user.
-    std::string qualified(const std::string& owner) const { return config_.transport + ":" + owner; }
 
     docker::Client& docker_;
     const Config& config_;

@@ -52,7 +52,8 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
-      egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config) {
+      egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config),
+      snapshots_(keeper_, config) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
         channels_ = AgentChannels::open();
 }

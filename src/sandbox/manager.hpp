@@ -19,6 +19,7 @@
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
+#include "sandbox/snapshots.hpp"
 
 namespace cubicle::sandbox {
 
@@ -51,6 +52,8 @@ public:
     };
     asio::awaitable<Kept> keep(SandboxSpec spec, std::string owner, std::string name, bool stateful, bool auto_install,
                                StatusSink status);
+    // Snapshots of sandboxes' workspaces, kept in the same store (snapshots.hpp).
+    Snapshots& snapshots() { return snapshots_; }
     // The record of a live persistent sandbox, or null.
     const store::SavedSandbox* persistent(const std::string& id) const { return keeper_.held(id); }
     // `owner`'s persistent sandboxes that are not live here (get_sandbox_status).
@@ -177,6 +180,7 @@ private:
     std::unique_ptr<AgentChannels> channels_;
     Egress egress_;
     Keeper keeper_;
+    Snapshots snapshots_;
 };
 
 } // namespace cubicle::sandbox

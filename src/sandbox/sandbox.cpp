@@ -519,7 +519,11 @@ void Sandbox::start_interpreter(const std::string& language, Interpreter& interp
 void Sandbox::set_env(std::vector<std::pair<std::string, std::string>> env) {
     if (env.empty()) return;
     spec_.env = std::move(env);
-    zygote_started_ = false;  // the next fresh run starts it again with these
+    restart_interpreters();
+}
+
+void Sandbox::restart_interpreters() {
+    zygote_started_ = false;  // the next fresh run starts it again
     for (auto& [language, interpreter] : interpreters_) {
         if (!interpreter->exec_id) continue;
         send_frame(agent::encode(agent::FrameType::kill, interpreter->exec_id));

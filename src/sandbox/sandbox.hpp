@@ -87,6 +87,9 @@ public:
     // Variables added to every execution (initialize_sandbox's env).
     // Interpreters already started (a pooled sandbox's) are restarted to see it.
     void set_env(std::vector<std::pair<std::string, std::string>> env);
+    // Ends its interpreters and its zygote; the next cell or run starts them afresh (they
+    // then see what changed in the workspace, say packages a snapshot brought).
+    void restart_interpreters();
     bool alive() const { return alive_; }
     std::chrono::steady_clock::time_point created() const { return created_; }
     std::size_t running() const;

@@ -38,17 +38,43 @@ std::string volume_of(std::string_view sandbox_id) {
     return fmt::format("cubicle-ws-{}", sandbox_id);
 }
 
-std::string to_json(const SavedSandbox& saved) {
-    const auto& s = saved.spec;
-    json::Writer w;
-    w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
-    w.field("owner", saved.owner).field("engine", saved.engine).field("volume", saved.volume);
-    w.key("spec").begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
+void write_spec(json::Writer& w, const sandbox::SandboxSpec& s) {
+    w.begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit).field("tmp_size_mb", s.tmp_size_mb);
     w.field("disk_mb", s.disk_mb).field("files_limit", s.files_limit).field("runtime", s.runtime);
     w.key("env").begin_array();
     for (const auto& [name, value] : s.env) w.begin_array().value(name).value(value).end_array();
     w.end_array().end_object();
+}
+
+sandbox::SandboxSpec read_spec(simdjson::dom::element spec) {
+    sandbox::SandboxSpec s;
+    s.image = string_of(spec, "image");
+    s.network = flag_of(spec, "network");
+    s.gpu = flag_of(spec, "gpu");
+    s.memory_mb = static_cast<int>(number_of<std::int64_t>(spec, "memory_mb"));
+    s.cpus = number_of<double>(spec, "cpus");
+    s.pids_limit = static_cast<int>(number_of<std::int64_t>(spec, "pids_limit"));
+    s.tmp_size_mb = static_cast<int>(number_of<std::int64_t>(spec, "tmp_size_mb"));
+    s.disk_mb = static_cast<int>(number_of<std::int64_t>(spec, "disk_mb"));
+    s.files_limit = static_cast<int>(number_of<std::int64_t>(spec, "files_limit"));
+    s.runtime = string_of(spec, "runtime");
+    simdjson::dom::array env;
+    if (spec["env"].get(env) != simdjson::SUCCESS) throw std::runtime_error("the record has no env");
+    for (auto pair : env) {
+        std::string_view name, value;
+        if (pair.at(0).get(name) != simdjson::SUCCESS || pair.at(1).get(value) != simdjson::SUCCESS)
+            throw std::runtime_error("the record's env is malformed");
+        s.env.emplace_back(name, value);
+    }
+    return s;
+}
+
+std::string to_json(const SavedSandbox& saved) {
+    json::Writer w;
+    w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
+    w.field("owner", saved.owner).field("engine", saved.engine).field("volume", saved.volume).key("spec");
+    write_spec(w, saved.spec);
     w.field("stateful", saved.stateful).field("auto_install", saved.auto_install);
     w.field("created", saved.created).field("last_used", saved.last_used).field("size_bytes", saved.size_bytes);
     w.field("ended", saved.ended).end_object();
@@ -69,25 +95,7 @@ SavedSandbox saved_sandbox_from_json(std::string_view text) {
     if (saved.volume != volume_of(saved.sandbox_id)) throw std::runtime_error("the record names a volume not its own");
     simdjson::dom::element spec;
     if (root["spec"].get(spec) != simdjson::SUCCESS) throw std::runtime_error("the record has no spec");
-    auto& s = saved.spec;
-    s.image = string_of(spec, "image");
-    s.network = flag_of(spec, "network");
-    s.gpu = flag_of(spec, "gpu");
-    s.memory_mb = static_cast<int>(number_of<std::int64_t>(spec, "memory_mb"));
-    s.cpus = number_of<double>(spec, "cpus");
-    s.pids_limit = static_cast<int>(number_of<std::int64_t>(spec, "pids_limit"));
-    s.tmp_size_mb = static_cast<int>(number_of<std::int64_t>(spec, "tmp_size_mb"));
-    s.disk_mb = static_cast<int>(number_of<std::int64_t>(spec, "disk_mb"));
-    s.files_limit = static_cast<int>(number_of<std::int64_t>(spec, "files_limit"));
-    s.runtime = string_of(spec, "runtime");
-    simdjson::dom::array env;
-    if (spec["env"].get(env) != simdjson::SUCCESS) throw std::runtime_error("the record has no env");
-    for (auto pair : env) {
-        std::string_view name, value;
-        if (pair.at(0).get(name) != simdjson::SUCCESS || pair.at(1).get(value) != simdjson::SUCCESS)
-            throw std::runtime_error("the record's env is malformed");
-        s.env.emplace_back(name, value);
-    }
+    saved.spec = read_spec(spec);
     saved.stateful = flag_of(root, "stateful");
     saved.auto_install = flag_of(root, "auto_install");
     saved.created = number_of<std::int64_t>(root, "created");
@@ -106,33 +114,6 @@ std::optional<std::string> invalid_name(std::string_view name) {
             return fmt::format("a sandbox name has only letters, digits, '.', '_' and '-' (not '{}')", c);
     }
     return std::nullopt;
-}
-
-std::vector<std::string> expired(std::vector<SavedSandbox> saved, const Retention& rules, std::int64_t now, std::uint64_t other_bytes,
-                                 std::string_view keep) {
-    // Most recently used first (`keep` before all): what is kept is a prefix. Ties go by
-    // creation, then id, so that every server decides alike.
-    std::sort(saved.begin(), saved.end(), [keep](const auto& a, const auto& b) {
-        return std::tuple(a.sandbox_id == keep, a.last_used, a.created, a.sandbox_id) >
-               std::tuple(b.sandbox_id == keep, b.last_used, b.created, b.sandbox_id);
-    });
-    std::vector<std::string> out;
-    std::size_t kept = 0;
-    std::uint64_t bytes = other_bytes;
-    bool full = false;  // once one is past the count or the bytes, every older one is too
-    for (const auto& one : saved) {
-        bool stale = rules.ttl_s > 0 && now - one.last_used > rules.ttl_s && one.sandbox_id != keep;
-        // The most recently used one always stays: saving never deletes what it saved.
-        full = full || (kept > 0 && (kept >= rules.most_saved ||
-                                     (rules.most_bytes > 0 && bytes + one.size_bytes > rules.most_bytes)));
-        if (stale || full) {
-            out.push_back(one.sandbox_id);
-            continue;
-        }
-        ++kept;
-        bytes += one.size_bytes;
-    }
-    return out;
 }
 
 } // namespace cubicle::store

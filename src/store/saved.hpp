@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json.hpp"
 #include "sandbox/policy.hpp"
 
 namespace cubicle::store {
@@ -31,6 +32,10 @@ struct SavedSandbox {
 std::string volume_of(std::string_view sandbox_id);
 
 std::string to_json(const SavedSandbox& saved);
+// A spec as records keep it (image, limits, env; not its network's name), shared by
+// the records of saved sandboxes and of snapshots. read_spec throws std::runtime_error.
+void write_spec(json::Writer& w, const sandbox::SandboxSpec& spec);
+sandbox::SandboxSpec read_spec(simdjson::dom::element spec);
 // Throws std::runtime_error when `text` is not a record of this version, or names a
 // volume other than its sandbox's own.
 SavedSandbox saved_sandbox_from_json(std::string_view text);
@@ -43,14 +48,7 @@ struct Retention {
     std::size_t most_saved = 10;       // --max-saved-sandboxes, per owner
     std::int64_t ttl_s = 7 * 86400;    // --saved-ttl-days, counted from last use
     std::uint64_t most_bytes = 0;      // --max-saved-mb, per owner (0: no limit)
+    std::size_t most_snapshots = 20;   // --max-snapshots, per owner
 };
-
-// What retention removes from one owner's saved sandboxes (none of them in use):
-// those unused for longer than the TTL, and the least recently used ones past the
-// count or the bytes (`other_bytes`: what the owner's snapshots take). `keep` (the one
-// just saved) always stays, and past the count or the bytes so does the most
-// recently used one, so that a save never deletes what it saved.
-std::vector<std::string> expired(std::vector<SavedSandbox> saved, const Retention& rules, std::int64_t now,
-                                 std::uint64_t other_bytes = 0, std::string_view keep = {});
 
 } // namespace cubicle::store

@@ -160,6 +160,22 @@ asio::awaitable<ToolResult> start_background(Env env, std::shared_ptr<Sandbox> b
 
 // ---- initialize_sandbox ----------------------------------------------------
 
+// A persistent sandbox from a snapshot is a new one: a name in use (live here or saved)
+// would resume that sandbox instead, its files untouched.
+void throw_if_named(Env env, const std::string& name, const std::string& owner) {
+    bool taken = false;
+    for (const auto& box : env.manager.list(owner)) {
+        const auto* kept = env.manager.persistent(box->id());
+        taken = taken || (kept && kept->name == name);
+    }
+    for (const auto& one : env.manager.saved(owner)) taken = taken || one.saved.name == name;
+    if (taken) {
+        throw ToolError(fmt::format("you already have a persistent sandbox named '{}'; a sandbox from a snapshot is a new one: "
+                                    "choose another name",
+                                    name));
+    }
+}
+
 // What a client asked for, or the operator's default; never over the operator's ceiling.
 template <typename Asked, typename T>
 T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_view name, std::string_view unit, std::string_view flag) {
@@ -172,29 +188,53 @@ T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_
 }
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "from_snapshot"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
     auto name = args.string("name");
     bool persistent = args.boolean("persistent").value_or(false);
     if (persistent && !name) throw ToolError("persistent: true needs a name, to resume the sandbox by later");
     if (name && !persistent) throw ToolError("name is for persistent sandboxes: add persistent: true");
     if (persistent && shared_workspace) throw ToolError("a shared-container workspace cannot be persistent; leave out workspace: true");
-    bool auto_install = args.boolean("auto_install").value_or(true);
-    bool stateful = args.boolean("stateful").value_or(true);
-    sandbox::SandboxSpec spec;
-    spec.image = args.string("image").value_or("");
-    spec.network = args.boolean("network").value_or(false);
-    spec.gpu = args.boolean("gpu").value_or(false);
+    // A snapshot's settings are the defaults of a sandbox started from it; the caller may change
+    // them within the server's ceilings, but not its image (its files and packages were made there).
+    std::optional<store::Snapshot> snapshot;
+    if (auto from = args.string("from_snapshot")) {
+        if (args.string("image")) throw ToolError("a sandbox from a snapshot runs the snapshot's image; leave out image");
+        if (shared_workspace) throw ToolError("a shared-container workspace cannot start from a snapshot; leave out workspace: true");
+        snapshot = env.manager.snapshots().get(*from, context->principal());
+        if (persistent) throw_if_named(env, *name, context->principal());
+    }
+    sandbox::SandboxSpec base;
     const auto& c = env.config;
-    spec.memory_mb = static_cast<int>(within_ceiling(args.integer("memory_mb", 16, 1 << 24), c.memory_mb, c.memory_ceiling_mb(), "memory_mb", "MiB", "--max-memory-mb"));
-    spec.cpus = within_ceiling(args.number("cpus", 0.01, 1024), c.cpus, c.cpu_ceiling(), "cpus", "CPUs", "--max-cpus");
-    spec.pids_limit = static_cast<int>(within_ceiling(args.integer("pids_limit", 8, 1 << 22), c.pids_limit, c.max_pids_limit, "pids_limit", "processes", "--max-pids-limit"));
-    spec.disk_mb = static_cast<int>(within_ceiling(args.integer("disk_mb", 1, 1 << 24), c.disk_mb, c.max_disk_mb, "disk_mb", "MiB", "--max-disk-mb"));
-    spec.files_limit = static_cast<int>(within_ceiling(args.integer("files_limit", 100, 1 << 30), c.files_limit, c.max_files_limit, "files_limit", "files", "--max-files-limit"));
-    spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), c.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
+    if (snapshot) {
+        base = snapshot->spec;
+    } else {
+        base.memory_mb = c.memory_mb;
+        base.cpus = c.cpus;
+        base.pids_limit = c.pids_limit;
+        base.disk_mb = c.disk_mb;
+        base.files_limit = c.files_limit;
+        base.tmp_size_mb = c.tmp_size_mb;
+    }
+    bool auto_install = args.boolean("auto_install").value_or(snapshot ? snapshot->auto_install : true);
+    bool stateful = args.boolean("stateful").value_or(snapshot ? snapshot->stateful : true);
+    sandbox::SandboxSpec spec;
+    spec.image = args.string("image").value_or(base.image);
+    spec.network = args.boolean("network").value_or(base.network);
+    spec.gpu = args.boolean("gpu").value_or(base.gpu);
+    spec.runtime = base.runtime;
+    spec.memory_mb = static_cast<int>(within_ceiling(args.integer("memory_mb", 16, 1 << 24), base.memory_mb, c.memory_ceiling_mb(), "memory_mb", "MiB", "--max-memory-mb"));
+    spec.cpus = within_ceiling(args.number("cpus", 0.01, 1024), base.cpus, c.cpu_ceiling(), "cpus", "CPUs", "--max-cpus");
+    spec.pids_limit = static_cast<int>(within_ceiling(args.integer("pids_limit", 8, 1 << 22), base.pids_limit, c.max_pids_limit, "pids_limit", "processes", "--max-pids-limit"));
+    spec.disk_mb = static_cast<int>(within_ceiling(args.integer("disk_mb", 1, 1 << 24), base.disk_mb, c.max_disk_mb, "disk_mb", "MiB", "--max-disk-mb"));
+    spec.files_limit = static_cast<int>(within_ceiling(args.integer("files_limit", 100, 1 << 30), base.files_limit, c.max_files_limit, "files_limit", "files", "--max-files-limit"));
+    spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), base.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
+    if (snapshot) check_within_ceilings(spec, c);
+    spec.env = base.env;
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
     for (auto& [name, value] : args.named_strings("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
+        std::erase_if(spec.env, [&name](const auto& entry) { return entry.first == name; });  // the caller's value wins
         spec.env.emplace_back(std::move(name), std::move(value));
     }
     // Named, not built inside the co_await expression: GCC 12 double-frees such temporaries.
@@ -221,6 +261,18 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
         box->set_stateful(stateful);
         box->set_auto_install(auto_install);
     }
+    if (snapshot) {
+        std::exception_ptr failure;
+        try {
+            co_await env.manager.snapshots().restore(box, *snapshot);
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            co_await env.manager.destroy(box->id(), "stopped", true);  // new: nothing of it stays
+            std::rethrow_exception(failure);
+        }
+    }
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
@@ -229,6 +281,7 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     if (persistent) {
         w.field("name", *name).field("persistent", true).field("resumed", kept.resumed).field("state_lost", kept.state_lost);
     }
+    if (snapshot) w.field("from_snapshot", snapshot->snapshot_id);
     w.end_object();
     co_return structured(w.take());
 }
@@ -565,7 +618,8 @@ std::vector<mcp::Tool> tools_of(Env env) {
         {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
-    for (auto* more : {&run_handlers, &checkpoint_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
+    for (auto* more : {&run_handlers, &checkpoint_handlers, &snapshot_handlers, &file_handlers, &search_handlers, &project_handlers,
+                       &preview_handlers, &package_handlers,
                        &language_handlers}) {
         for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
     }

@@ -180,6 +180,12 @@ void write_checkpoints(json::Writer& w, sandbox::Sandbox& box);
 // expose_port, unexpose_port (preview_tools.cpp).
 Handlers preview_handlers(Env env);
 
+// snapshot_sandbox, fork_sandbox, list_snapshots, delete_snapshot (snapshot_tools.cpp).
+Handlers snapshot_handlers(Env env);
+// initialize_sandbox {from_snapshot}: throws ToolError when a snapshot's limits are over
+// this server's ceilings (they may have been lowered since it was taken).
+void check_within_ceilings(const sandbox::SandboxSpec& spec, const Config& config);
+
 // install_package (package_tools.cpp).
 Handlers package_handlers(Env env);
 

@@ -257,7 +257,8 @@ def host_dir() -> Path:
 
 @pytest.fixture(scope="module", params=["auto", "legacy"], ids=["default-mode", "handshake-mode"])
 async def sdk(request, sandbox_image, host_dir, tmp_path_factory):
-    args = server_args(["--allow-host-dir", str(host_dir), "--pool-size", "1"])
+    state = tmp_path_factory.mktemp("conformance-state")
+    args = server_args(["--allow-host-dir", str(host_dir), "--pool-size", "1", "--state-dir", str(state)])
     log_path = tmp_path_factory.mktemp("conformance") / f"{request.param}.stderr.log"
     async with SdkClient(request.param, args, log_path) as client:
         yield client
@@ -347,6 +348,12 @@ async def test_every_tool(sdk, host_dir):
     exposed = await call("expose_port", {"sandbox_id": sid, "port": 8000})
     assert exposed["url"] == f"http://127.0.0.1:{exposed['host_port']}/"
     await call("unexpose_port", {"sandbox_id": sid, "port": 8000})
+    snapshot = await call("snapshot_sandbox", {"sandbox_id": sid, "name": "conformance"})
+    listed = await call("list_snapshots", {})
+    assert [s["snapshot_id"] for s in listed["snapshots"]] == [snapshot["snapshot_id"]], listed
+    forked = await call("fork_sandbox", {"sandbox_id": sid, "count": 1})
+    await call("stop_sandbox", {"sandbox_id": forked["sandbox_ids"][0]})
+    await call("delete_snapshot", {"snapshot_id": snapshot["snapshot_id"]})
     await call("clean_workspace", {"sandbox_id": sid})
     await call("stop_sandbox", {"sandbox_id": sid})
     await call("stop_sandbox", {"sandbox_id": sid}, tool_error=True)  # already gone

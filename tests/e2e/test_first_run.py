@@ -104,8 +104,8 @@ def test_startup_line_names_version_endpoint_api_image_and_pool() -> None:
         (["--egress-allow", "pypi.org:http"], {}, "--egress-allow 'pypi.org:http' is not HOST or HOST:PORT"),
         (["--egress-allow", "https://pypi.org"], {}, "--egress-allow 'https://pypi.org' is not HOST or HOST:PORT"),
         ([], {"CUBICLE_EGRESS_ALLOW": "pypi.org,bad host"}, "CUBICLE_EGRESS_ALLOW 'bad host' is not HOST or HOST:PORT"),
-        (["--tools", "run,sandboxes"], {}, "--tools: 'sandboxes' is not a tool group; the groups are run, files, runs, preview, host, project, packages or all"),
-        ([], {"CUBICLE_TOOLS": "filez"}, "CUBICLE_TOOLS: 'filez' is not a tool group; the groups are run, files, runs, preview, host, project, packages or all"),
+        (["--tools", "run,sandboxes"], {}, "--tools: 'sandboxes' is not a tool group; the groups are run, files, runs, snapshots, preview, host, project, packages or all"),
+        ([], {"CUBICLE_TOOLS": "filez"}, "CUBICLE_TOOLS: 'filez' is not a tool group; the groups are run, files, runs, snapshots, preview, host, project, packages or all"),
     ],
 )
 def test_bad_settings_are_refused_at_startup_under_their_own_name(args: list[str], env: dict[str, str], message: str) -> None:

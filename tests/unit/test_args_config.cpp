@@ -225,7 +225,7 @@ TEST_F(ParseArgsTest, ToolGroups) {
     EXPECT_NE(from_env.find("CUBICLE_TOOLS"), std::string::npos) << from_env;
     ::unsetenv("CUBICLE_TOOLS");
     auto message = error_of({"--tools", "run,sandboxes"});
-    for (auto part : {"'sandboxes'", "run, files, runs, preview, host, project, packages or all"}) {
+    for (auto part : {"'sandboxes'", "run, files, runs, snapshots, preview, host, project, packages or all"}) {
         EXPECT_NE(message.find(part), std::string::npos) << message;
     }
     EXPECT_NE(error_of({"--tools", "run,,files"}), "<no error>");

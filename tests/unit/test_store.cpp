@@ -11,6 +11,7 @@
 
 #include "common/ids.hpp"
 #include "store/saved.hpp"
+#include "store/snapshot.hpp"
 #include "store/store.hpp"
 
 namespace fs = std::filesystem;
@@ -146,26 +147,27 @@ TEST(Saved, NamesAreChecked) {
     EXPECT_TRUE(store::invalid_name(std::string(65, 'a')));
 }
 
+// Retention of saved sandboxes alone (tests/unit/test_snapshots.cpp weighs them with snapshots).
+std::vector<std::string> expired(std::vector<store::SavedSandbox> saved, const store::Retention& rules, std::int64_t now,
+                                 std::string_view keep = {}) {
+    return store::expired_together(std::move(saved), {}, rules, now, keep).sandboxes;
+}
+
 TEST(Retention, TheLeastRecentlyUsedGoPastTheCountTheBytesAndTheTtl) {
     store::Retention rules{2, 100, 0};
-    auto gone = store::expired({record("a", 10), record("b", 30), record("c", 20)}, rules, 40);
-    EXPECT_EQ(gone, std::vector<std::string>{"a"});
-    gone = store::expired({record("a", 10), record("b", 30)}, rules, 125);  // a is 115 s unused
-    EXPECT_EQ(gone, std::vector<std::string>{"a"});
+    EXPECT_EQ(expired({record("a", 10), record("b", 30), record("c", 20)}, rules, 40), std::vector<std::string>{"a"});
+    EXPECT_EQ(expired({record("a", 10), record("b", 30)}, rules, 125), std::vector<std::string>{"a"});  // a: 115 s unused
     rules = {10, 0, 100};
-    gone = store::expired({record("a", 10, 50), record("b", 30, 40), record("c", 20, 30)}, rules, 40);
-    EXPECT_EQ(gone, std::vector<std::string>{"a"});  // b + c = 70, a would make 120
-    gone = store::expired({record("a", 10, 50), record("b", 30, 40)}, rules, 40, 50);  // snapshots take 50
-    EXPECT_EQ(gone, std::vector<std::string>{"a"});
+    // b + c = 70; a would make 120.
+    EXPECT_EQ(expired({record("a", 10, 50), record("b", 30, 40), record("c", 20, 30)}, rules, 40), std::vector<std::string>{"a"});
     // The most recently used stays even alone over the bytes.
-    gone = store::expired({record("big", 30, 500), record("old", 10, 1)}, rules, 40);
-    EXPECT_EQ(gone, std::vector<std::string>{"old"});
-    // The one just saved stays whatever the clock says (saves within one second tie).
+    EXPECT_EQ(expired({record("big", 30, 500), record("old", 10, 1)}, rules, 40), std::vector<std::string>{"old"});
+    // The one just saved stays whatever the clock says (saves within one second tie), and
+    // ties are decided alike by every server.
     rules = {1, 100, 0};
-    gone = store::expired({record("a", 10), record("b", 10), record("c", 10)}, rules, 10, 0, "a");
-    EXPECT_EQ(gone, (std::vector<std::string>{"c", "b"}));
-    gone = store::expired({record("a", 10)}, rules, 500, 0, "a");  // not even past the TTL
-    EXPECT_TRUE(gone.empty());
+    EXPECT_EQ(expired({record("a", 10), record("b", 10), record("c", 10)}, rules, 10, "a"), (std::vector<std::string>{"c", "b"}));
+    EXPECT_EQ(expired({record("b", 10), record("c", 10), record("a", 10)}, rules, 10, "a"), (std::vector<std::string>{"c", "b"}));
+    EXPECT_TRUE(expired({record("a", 10)}, rules, 500, "a").empty());  // not even past the TTL
 }
 
 TEST(Store, StrayFilesAreNotRecordsAndAnOpenDirectoryIsRefused) {
