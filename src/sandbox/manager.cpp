@@ -49,7 +49,9 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
-      egress_(executor, docker, config, instance_, agent_volume_) {
+      egress_(executor, docker, config, instance_, agent_volume_),
+      lifetimes_(executor, docker, std::chrono::seconds(config.idle_pause_s),
+                 [this](std::string id, EndReason reason) { return end(std::move(id), reason); }) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
         channels_ = AgentChannels::open();
 }
@@ -383,6 +385,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
 
 std::shared_ptr<Sandbox> Manager::get(const std::string& id, const std::string& owner) const {
     if (auto sandbox = find(id); sandbox && sandbox->owner() == owner) return sandbox;
+    if (const auto* ended = lifetimes_.ended_sandbox(owner, id)) throw ToolError(ended_message(*ended));
     std::string known;
     for (const auto& sandbox : list(owner)) {
         if (sandbox->throwaway()) continue;
@@ -401,7 +404,14 @@ std::vector<std::shared_ptr<Sandbox>> Manager::list(const std::string& owner) co
     return out;
 }
 
+asio::awaitable<void> Manager::end(std::string id, EndReason reason) {
+    co_await lifetimes_.thaw(id);
+    lifetimes_.ended(id, reason);
+    co_await destroy(std::move(id));
+}
+
 asio::awaitable<void> Manager::destroy(std::string id) {
+    lifetimes_.forget(id);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) co_return;
     auto sandbox = it->second;
@@ -453,8 +463,10 @@ void Manager::release(std::string id) {
 asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
     removal_turns_.open();
+    lifetimes_.close();
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
+        lifetimes_.ended(id, EndReason::server_exit);  // paused ones too: a forced removal kills them frozen
         sandbox->shutdown("the server is stopping");
         containers.insert(sandbox->container_id());
     }
@@ -542,6 +554,8 @@ asio::awaitable<void> Manager::remove_orphans() {
         }
     }
 }
+
+asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); }
 
 asio::awaitable<void> Manager::sweep_orphans() {
     asio::steady_timer timer(executor_);

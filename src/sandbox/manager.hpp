@@ -15,6 +15,7 @@
 #include "docker/client.hpp"
 #include "sandbox/agent_volume.hpp"
 #include "sandbox/egress.hpp"
+#include "sandbox/lifetimes.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
@@ -47,6 +48,12 @@ public:
     // Most live sandboxes one principal may hold (0: only --max-sandboxes applies).
     void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
     asio::awaitable<void> destroy(std::string id);
+    // Where a client's sandbox ends (stop_sandbox, its ttl_s, the server's exit): why
+    // is kept for its owner (lifetimes.hpp), a paused one is thawed, then it is destroyed.
+    asio::awaitable<void> end(std::string id, EndReason reason);
+    // Idle pause, ttl_s and the record of ended sandboxes.
+    Lifetimes& lifetimes() { return lifetimes_; }
+    const Lifetimes& lifetimes() const { return lifetimes_; }
     // Like destroy, but in the background: the sandbox is unusable at once, the
     // caller does not wait. A throwaway sandbox of a pooled profile is reset
     // and pooled again for the same principal (Pool::recycle); others are removed.
@@ -61,6 +68,8 @@ public:
     asio::awaitable<void> remove_orphans();
     // Runs remove_orphans periodically: other servers may die while this one runs.
     asio::awaitable<void> sweep_orphans();
+    // Pauses idle sandboxes and ends expired ones until destroy_all (lifetimes.hpp).
+    asio::awaitable<void> watch_lifetimes();
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
@@ -148,6 +157,7 @@ private:
     // speaks over its attach stream (--agent-channel attach, an engine that is not local).
     std::unique_ptr<AgentChannels> channels_;
     Egress egress_;
+    Lifetimes lifetimes_;
 };
 
 } // namespace cubicle::sandbox

@@ -158,6 +158,12 @@ asio::awaitable<ToolResult> start_background(Env env, std::shared_ptr<Sandbox> b
 
 // ---- initialize_sandbox ----------------------------------------------------
 
+// ttl_s and expires_at, for a sandbox that has a ttl_s.
+void write_lifetime(json::Writer& w, const std::optional<sandbox::Lifetimes::View>& life) {
+    if (!life || !life->expires_at) return;
+    w.field("ttl_s", life->ttl_s).field("expires_at", sandbox::rfc3339(*life->expires_at));
+}
+
 // What a client asked for, or the operator's default; never over the operator's ceiling.
 template <typename Asked, typename T>
 T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_view name, std::string_view unit, std::string_view flag) {
@@ -170,7 +176,7 @@ T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_
 }
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "ttl_s"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
     bool auto_install = args.boolean("auto_install").value_or(true);
     bool stateful = args.boolean("stateful").value_or(true);
@@ -185,6 +191,8 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     spec.disk_mb = static_cast<int>(within_ceiling(args.integer("disk_mb", 1, 1 << 24), c.disk_mb, c.max_disk_mb, "disk_mb", "MiB", "--max-disk-mb"));
     spec.files_limit = static_cast<int>(within_ceiling(args.integer("files_limit", 100, 1 << 30), c.files_limit, c.max_files_limit, "files_limit", "files", "--max-files-limit"));
     spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), c.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
+    auto ttl_s = within_ceiling(args.integer("ttl_s", 1, INT64_MAX), static_cast<std::int64_t>(c.default_ttl_s),
+                                static_cast<std::int64_t>(c.max_ttl_s), "ttl_s", "seconds", "--max-ttl-s");
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
     for (auto& [name, value] : args.named_strings("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
@@ -206,11 +214,13 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     }
     box->set_stateful(stateful);
     box->set_auto_install(auto_install);
+    env.manager.lifetimes().adopt(box, std::chrono::seconds(ttl_s));
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
     w.field("stateful", stateful).field("gpu", s.gpu).field("workspace", box->workspace());
+    write_lifetime(w, env.manager.lifetimes().view(box->id()));
     w.end_object();
     co_return structured(w.take());
 }
@@ -452,7 +462,8 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
     w.begin_object();
     w.field("sandbox_id", box.id()).field("container_id", box.container_id());
-    w.field("state", box.alive() ? "running" : "stopped");
+    auto life = manager.lifetimes().view(box.id());
+    w.field("state", !box.alive() ? "stopped" : life && life->paused ? "paused" : "running");
     w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : "persistent");
     w.field("workspace", box.workspace());
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
@@ -462,6 +473,7 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
     w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
     w.field("gpu", s.gpu);
+    write_lifetime(w, life);
     w.end_object();
 }
 
@@ -474,6 +486,14 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
     } else {
         for (const auto& box : env.manager.list(context->principal())) write_status(w, *box, env.manager);
     }
+    w.end_array();
+    // Why the principal's recent sandboxes are gone, newest first.
+    w.key("ended").begin_array();
+    const auto& ended = env.manager.lifetimes().ended_of(context->principal());
+    for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
+        w.begin_object().field("sandbox_id", it->sandbox_id).field("reason", sandbox::name_of(it->reason));
+        w.field("ended_at", sandbox::rfc3339(it->ended_at)).end_object();
+    }
     w.end_array().end_object();
     co_return structured(w.take());
 }
@@ -484,7 +504,7 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     Args args(arguments, {"sandbox_id"});
     auto id = args.required_string("sandbox_id");
     env.manager.get(id, context->principal());
-    co_await env.manager.destroy(id);
+    co_await env.manager.end(id, sandbox::EndReason::stopped);
     // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
     auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
     env.projects->forget_unless(alive);
@@ -494,6 +514,14 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
 }
 
 } // namespace
+
+asio::awaitable<sandbox::Lifetimes::Use> use_named_sandbox(Env env, simdjson::dom::element arguments, Context context) {
+    std::string_view id;
+    if (arguments["sandbox_id"].get(id) != simdjson::SUCCESS) co_return sandbox::Lifetimes::Use();
+    std::string sandbox_id(id);  // named: GCC 12 and temporaries in a co_await
+    std::string principal = context->principal();
+    co_return co_await env.manager.lifetimes().use(std::move(sandbox_id), std::move(principal));
+}
 
 Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
     Env env{manager, docker, config, std::make_shared<Runs>(), std::make_shared<projects::Baselines>()};
@@ -507,7 +535,7 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
 std::vector<mcp::Tool> tools_of(Env env) {
     Handlers handlers{
         {"initialize_sandbox", bind<initialize_sandbox>(env)}, {"execute_code", bind<execute_code>(env)},
-        {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
+        {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status, false>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
     for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,

@@ -70,10 +70,17 @@ inline constexpr std::string_view no_link_on_the_way = R"SH(
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
 
+// A call that names a sandbox (`sandbox_id`) is a use of it: a paused one is resumed
+// first, its idle time and ttl_s start again when the call ends (sandbox/lifetimes.hpp).
+boost::asio::awaitable<sandbox::Lifetimes::Use> use_named_sandbox(Env env, simdjson::dom::element arguments, Context context);
+
 // Docker failures (daemon down, image refused) are results the model can act on.
-template <auto Handler>
+// `wakes`: false for a tool that only reads the manager's state (get_sandbox_status).
+template <auto Handler, bool wakes = true>
 boost::asio::awaitable<mcp::ToolResult> guarded(Env env, simdjson::dom::element arguments, Context context) {
     try {
+        sandbox::Lifetimes::Use use;
+        if constexpr (wakes) use = co_await use_named_sandbox(env, arguments, context);
         auto result = co_await Handler(env, arguments, std::move(context));
         finish_result(result);
         co_return result;
@@ -82,11 +89,11 @@ boost::asio::awaitable<mcp::ToolResult> guarded(Env env, simdjson::dom::element 
     }
 }
 
-template <auto Handler>
+template <auto Handler, bool wakes = true>
 mcp::ToolHandler bind(Env env) {
     // Not a coroutine itself: it only forwards to one, so nothing it captures dangles.
     return [env](simdjson::dom::element arguments, Context context) {
-        return guarded<Handler>(env, arguments, std::move(context));
+        return guarded<Handler, wakes>(env, arguments, std::move(context));
     };
 }
 

@@ -1,0 +1,89 @@
+"""Pause and lifetimes: an idle sandbox is frozen by the Engine and thawed by its next call;
+one unused for its ttl_s is stopped; status and errors say why a sandbox ended."""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from conftest import async_wait_until, container_exists, docker_ids, docker_inspect, start_server
+
+
+def paused(container_id: str) -> bool:
+    return bool(docker_inspect(container_id)["State"]["Paused"])
+
+
+def when(rfc3339: str) -> datetime:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+
+
+async def status_of(srv, sandbox_id: str) -> dict:
+    sc = await srv.ok("get_sandbox_status", {"sandbox_id": sandbox_id})
+    return sc["sandboxes"][0]
+
+
+async def test_idle_sandbox_is_paused_and_resumed_by_its_next_call():
+    async with start_server("--idle-pause-s", "1", "--pool-size", "0") as srv:
+        sb = await srv.new_sandbox()
+        sid, cid = sb["sandbox_id"], sb["container_id"]
+        assert "expires_at" not in sb, "no ttl_s unless asked for or set by --default-ttl-s"
+        await srv.ok("execute_code", {"sandbox_id": sid, "code": "x = 41"})
+        assert await async_wait_until(lambda: paused(cid), 6), "the idle sandbox was not paused"
+        # Status reads the manager's state: it shows the pause and never thaws it.
+        for _ in range(3):
+            assert (await status_of(srv, sid))["state"] == "paused"
+            listed = await srv.ok("get_sandbox_status")
+            assert [s["state"] for s in listed["sandboxes"] if s["sandbox_id"] == sid] == ["paused"]
+        assert paused(cid), "get_sandbox_status woke the paused sandbox"
+        # The next call resumes it transparently, with the interpreter's state kept.
+        r = await srv.ok("execute_code", {"sandbox_id": sid, "code": "print(x + 1)"})
+        assert r["stdout"] == "42\n", r
+        assert not paused(cid)
+        assert (await status_of(srv, sid))["state"] == "running"
+
+        # A sandbox with a background run is never paused; once the run is over it is.
+        await srv.ok("run_command", {"sandbox_id": sid, "command": "sleep 3", "background": True})
+        await asyncio.sleep(2.5)
+        assert not paused(cid), "a sandbox with a background run was paused"
+        assert await async_wait_until(lambda: paused(cid), 6), "not paused after its background run ended"
+
+        # A file tool resumes it too; stopping a paused sandbox leaves nothing behind.
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "a.txt", "content": "kept"})
+        assert await async_wait_until(lambda: paused(cid), 6)
+        await srv.ok("stop_sandbox", {"sandbox_id": sid})
+        assert not container_exists(cid), "the paused sandbox's container is still there"
+        kind, text = await srv.tool_error("execute_code", {"sandbox_id": sid, "code": "print(1)"})
+        assert kind == "isError" and f"sandbox {sid} was stopped at" in text and "initialize_sandbox" in text, text
+        ended = (await srv.ok("get_sandbox_status"))["ended"]
+        assert ended[0]["sandbox_id"] == sid and ended[0]["reason"] == "stopped", ended
+
+        # A paused sandbox at the server's exit is removed with the rest.
+        other = await srv.new_sandbox()
+        assert await async_wait_until(lambda: paused(other["container_id"]), 6)
+        instance = docker_inspect(other["container_id"])["Config"]["Labels"]["io.cubicle.instance"]
+    assert await async_wait_until(lambda: not docker_ids([f"io.cubicle.instance={instance}"]), 15), "containers left after exit"
+
+
+async def test_ttl_expires_an_unused_sandbox_and_use_renews_it():
+    async with start_server("--idle-pause-s", "1", "--max-ttl-s", "600", "--pool-size", "0") as srv:
+        kind, text = await srv.tool_error("initialize_sandbox", {"ttl_s": 601})
+        assert kind == "isError" and "--max-ttl-s" in text and "600" in text, text
+        kind, text = await srv.tool_error("initialize_sandbox", {"ttl_s": 0})
+        assert kind == "isError" and "ttl_s" in text, text
+
+        sb = await srv.new_sandbox(ttl_s=4)
+        sid, cid = sb["sandbox_id"], sb["container_id"]
+        assert sb["ttl_s"] == 4
+        first = when(sb["expires_at"])
+        # Used every 2 s, it outlives its ttl_s; each call pushes expires_at on.
+        for _ in range(3):
+            await asyncio.sleep(2)
+            assert (await srv.sh(sid, "echo alive"))["stdout"] == "alive\n"
+        status = await status_of(srv, sid)
+        assert status["ttl_s"] == 4 and (when(status["expires_at"]) - first).total_seconds() >= 5, (sb, status)
+        # Left alone (paused meanwhile), it is stopped and its container removed.
+        assert await async_wait_until(lambda: not container_exists(cid), 10), "the expired sandbox's container is still there"
+        kind, text = await srv.tool_error("run_command", {"sandbox_id": sid, "command": "true"})
+        assert kind == "isError" and f"sandbox {sid} expired at" in text and "ttl_s 4" in text, text
+        status = await srv.ok("get_sandbox_status")
+        assert all(s["sandbox_id"] != sid for s in status["sandboxes"])
+        assert {"sandbox_id": sid, "reason": "expired"}.items() <= status["ended"][0].items(), status
