@@ -134,9 +134,11 @@ asio::awaitable<void> Lifetimes::pause(std::shared_ptr<Life> life) {
 asio::awaitable<void> Lifetimes::resume(std::shared_ptr<Life> life) {
     life->freeze = Life::Freeze::resuming;
     auto change = life->change = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+    auto started = Steady::now();
     try {
         co_await docker_.unpause_container(life->container_id);
-        log::debug("sandbox {} resumed", life->id);
+        log::debug("sandbox {} resumed in {:.1f} ms", life->id,
+                   std::chrono::duration<double, std::milli>(Steady::now() - started).count());
     } catch (const std::exception& e) {
         // The call goes on: a container that cannot be thawed fails it with its own error.
         log::warning("resuming paused sandbox {}: {}", life->id, e.what());

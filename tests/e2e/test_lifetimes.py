@@ -87,3 +87,19 @@ async def test_ttl_expires_an_unused_sandbox_and_use_renews_it():
         status = await srv.ok("get_sandbox_status")
         assert all(s["sandbox_id"] != sid for s in status["sandboxes"])
         assert {"sandbox_id": sid, "reason": "expired"}.items() <= status["ended"][0].items(), status
+
+
+async def test_a_sandbox_with_an_exposed_port_is_not_paused():
+    async with start_server("--idle-pause-s", "1", "--pool-size", "0") as srv:
+        async with srv.sandbox() as sb:
+            sid, cid = sb["sandbox_id"], sb["container_id"]
+            # A server left running on its own (not a background run): only the exposed port keeps it awake.
+            await srv.ok("execute_code", {"sandbox_id": sid, "code":
+                         "import subprocess\nsubprocess.Popen(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1'], "
+                         "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"})
+            exposed = await srv.ok("expose_port", {"sandbox_id": sid, "port": 8000})
+            assert exposed["url"]
+            await asyncio.sleep(2.5)
+            assert not paused(cid), "a sandbox with an exposed port was paused"
+            await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 8000})
+            assert await async_wait_until(lambda: paused(cid), 6), "not paused once its port was closed"
