@@ -177,8 +177,9 @@ asio::awaitable<void> Lifetimes::watch() {
             if (closed_) break;
             auto box = life->box.lock();
             if (!box || !lives_.contains(life->id) || life->changing()) continue;
-            LifeState state{life->last_used, life->expires_at, life->calls > 0, box->busy(), life->pausable && pauses_,
-                            life->freeze == Life::Freeze::paused};
+            // A container that died on its own is not paused (the Engine would refuse every tick).
+            LifeState state{life->last_used, life->expires_at, life->calls > 0, box->busy(),
+                            life->pausable && pauses_ && box->alive(), life->freeze == Life::Freeze::paused};
             box.reset();
             switch (next_step(state, Steady::now(), WallClock::now(), idle_pause_)) {
             case LifeStep::none: break;
