@@ -80,13 +80,21 @@ async def test_ttl_expires_an_unused_sandbox_and_use_renews_it():
             assert (await srv.sh(sid, "echo alive"))["stdout"] == "alive\n"
         status = await status_of(srv, sid)
         assert status["ttl_s"] == 4 and (when(status["expires_at"]) - first).total_seconds() >= 5, (sb, status)
-        # Left alone (paused meanwhile), it is stopped and its container removed.
+        # Left alone, it is stopped and its container removed: a background run does not renew it.
+        run = await srv.ok("run_command", {"sandbox_id": sid, "command": "sleep 60", "background": True})
+        # Another, idle: paused first, then expired all the same.
+        idle = await srv.new_sandbox(ttl_s=3)
+        assert await async_wait_until(lambda: paused(idle["container_id"]), 6)
+        assert await async_wait_until(lambda: not container_exists(idle["container_id"]), 10), "the expired paused sandbox is still there"
         assert await async_wait_until(lambda: not container_exists(cid), 10), "the expired sandbox's container is still there"
+        kind, text = await srv.tool_error("get_run", {"run_id": run["run_id"]})
+        assert kind == "isError" and f"sandbox {sid} expired at" in text, text
         kind, text = await srv.tool_error("run_command", {"sandbox_id": sid, "command": "true"})
         assert kind == "isError" and f"sandbox {sid} expired at" in text and "ttl_s 4" in text, text
         status = await srv.ok("get_sandbox_status")
         assert all(s["sandbox_id"] != sid for s in status["sandboxes"])
-        assert {"sandbox_id": sid, "reason": "expired"}.items() <= status["ended"][0].items(), status
+        reasons = {e["sandbox_id"]: e["reason"] for e in status["ended"]}
+        assert reasons == {sid: "expired", idle["sandbox_id"]: "expired"}, status
 
 
 async def test_a_sandbox_with_an_exposed_port_is_not_paused():
