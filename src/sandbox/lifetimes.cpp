@@ -4,6 +4,8 @@
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -90,7 +92,17 @@ asio::awaitable<Lifetimes::Use> Lifetimes::use(std::string id, std::string owner
     auto life = it->second;
     Use use(life);  // from here on the watcher leaves it alone
     co_await settled(life);
-    if (life->freeze == Life::Freeze::paused) co_await resume(life);
+    if (life->freeze != Life::Freeze::paused) co_return std::move(use);
+    auto box = life->box.lock();
+    if (box && box->uses_agent()) {
+        // The call goes on at once: its frames wait in the socket until the agent thaws, which
+        // is about half the Engine's answer time (the Engine records the state after the thaw).
+        // What speaks to the Engine about the container waits for the answer (thaw()).
+        begin_resume(*life);
+        asio::co_spawn(executor_, finish_resume(life), asio::detached);
+    } else {
+        co_await resume(life);  // Docker exec needs a running container
+    }
     co_return std::move(use);
 }
 
@@ -132,8 +144,17 @@ asio::awaitable<void> Lifetimes::pause(std::shared_ptr<Life> life) {
 }
 
 asio::awaitable<void> Lifetimes::resume(std::shared_ptr<Life> life) {
-    life->freeze = Life::Freeze::resuming;
-    auto change = life->change = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+    begin_resume(*life);
+    co_await finish_resume(std::move(life));
+}
+
+void Lifetimes::begin_resume(Life& life) {
+    life.freeze = Life::Freeze::resuming;
+    life.change = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+}
+
+asio::awaitable<void> Lifetimes::finish_resume(std::shared_ptr<Life> life) {
+    auto change = life->change;
     auto started = Steady::now();
     try {
         co_await docker_.unpause_container(life->container_id);
@@ -159,8 +180,8 @@ std::optional<Lifetimes::View> Lifetimes::view(const std::string& id) const {
     auto it = lives_.find(id);
     if (it == lives_.end()) return std::nullopt;
     const auto& life = *it->second;
-    // A resume under way is as good as done: the next call waits for it.
-    return View{life.freeze == Life::Freeze::paused || life.freeze == Life::Freeze::pausing, life.ttl.count(), life.expires_at};
+    // Paused once the Engine has said so; a resume under way is as good as done.
+    return View{life.freeze == Life::Freeze::paused, life.ttl.count(), life.expires_at};
 }
 
 asio::awaitable<void> Lifetimes::watch() {

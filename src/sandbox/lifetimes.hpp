@@ -55,7 +55,8 @@ public:
     // A call on `owner`'s sandbox `id` begins: a paused one is thawed first. Nothing
     // happens for an id that is not kept (the call's own lookup says what it is).
     asio::awaitable<Use> use(std::string id, std::string owner);
-    // Before a removal: thaws it when paused (its agent then sees the connection close).
+    // Before a removal or a call to the Engine about its container (an archive upload):
+    // waits for a resume under way, and resumes it when paused.
     asio::awaitable<void> thaw(std::string id);
 
     // Stops keeping it and records why it ended, for its owner's status and next calls.
@@ -79,6 +80,9 @@ private:
     // Pauses a sandbox; an engine that refuses is said once and asked no more.
     asio::awaitable<void> pause(std::shared_ptr<Life> life);
     asio::awaitable<void> resume(std::shared_ptr<Life> life);
+    // resume in two steps: the state at once, the Engine's unpause (never throws) after.
+    void begin_resume(Life& life);
+    asio::awaitable<void> finish_resume(std::shared_ptr<Life> life);
     // Waits while a pause or resume of `life` is under way.
     asio::awaitable<void> settled(std::shared_ptr<Life> life);
 

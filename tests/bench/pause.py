@@ -47,10 +47,10 @@ def engine_post(conn: UnixHTTPConnection, path: str) -> float:
     t = time.perf_counter()
     conn.request("POST", path)
     response = conn.getresponse()
-    response.read()
+    body = response.read()
     elapsed = (time.perf_counter() - t) * 1000
     if response.status != 204:
-        raise RuntimeError(f"POST {path}: {response.status}")
+        raise RuntimeError(f"POST {path}: {response.status} {body[:300]!r}")
     return elapsed
 
 

@@ -21,13 +21,23 @@ async def status_of(srv, sandbox_id: str) -> dict:
     return sc["sandboxes"][0]
 
 
+async def paused_on_both_sides(srv, sandbox_id: str, container_id: str, timeout: float = 6) -> bool:
+    """The Engine says paused, and so does the server once the Engine has answered it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if paused(container_id) and (await status_of(srv, sandbox_id))["state"] == "paused":
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 async def test_idle_sandbox_is_paused_and_resumed_by_its_next_call():
     async with start_server("--idle-pause-s", "1", "--pool-size", "0") as srv:
         sb = await srv.new_sandbox()
         sid, cid = sb["sandbox_id"], sb["container_id"]
         assert "expires_at" not in sb, "no ttl_s unless asked for or set by --default-ttl-s"
         await srv.ok("execute_code", {"sandbox_id": sid, "code": "x = 41"})
-        assert await async_wait_until(lambda: paused(cid), 6), "the idle sandbox was not paused"
+        assert await paused_on_both_sides(srv, sid, cid), "the idle sandbox was not paused"
         # Status reads the manager's state: it shows the pause and never thaws it.
         for _ in range(3):
             assert (await status_of(srv, sid))["state"] == "paused"
