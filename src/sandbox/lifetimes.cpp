@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/all_at_once.hpp"
 #include "common/log.hpp"
 #include "sandbox/sandbox.hpp"
 
@@ -112,6 +113,14 @@ asio::awaitable<void> Lifetimes::thaw(std::string id) {
     auto life = it->second;
     co_await settled(life);
     if (life->freeze == Life::Freeze::paused) co_await resume(life);
+}
+
+asio::awaitable<void> Lifetimes::thaw_all() {
+    std::vector<asio::awaitable<void>> thaws;
+    for (const auto& [id, life] : lives_) {
+        if (life->freeze != Life::Freeze::running) thaws.push_back(thaw(id));
+    }
+    co_await all_at_once(executor_, std::move(thaws));
 }
 
 asio::awaitable<void> Lifetimes::settled(std::shared_ptr<Life> life) {

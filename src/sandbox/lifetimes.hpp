@@ -58,6 +58,8 @@ public:
     // Before a removal or a call to the Engine about its container (an archive upload):
     // waits for a resume under way, and resumes it when paused.
     asio::awaitable<void> thaw(std::string id);
+    // Every paused sandbox at once (the server's exit: what it still asks of their agents).
+    asio::awaitable<void> thaw_all();
 
     // Stops keeping it and records why it ended, for its owner's status and next calls.
     void ended(const std::string& id, EndReason reason);

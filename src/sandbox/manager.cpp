@@ -464,9 +464,11 @@ asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
     removal_turns_.open();
     lifetimes_.close();
+    // Their agents answer again (a forced removal would kill them frozen all the same).
+    co_await lifetimes_.thaw_all();
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
-        lifetimes_.ended(id, EndReason::server_exit);  // paused ones too: a forced removal kills them frozen
+        lifetimes_.ended(id, EndReason::server_exit);
         sandbox->shutdown("the server is stopping");
         containers.insert(sandbox->container_id());
     }
