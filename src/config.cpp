@@ -190,6 +190,19 @@ const std::vector<Option>& options() {
          "most internal networks for networked sandboxes, one per principal that has any; each takes a subnet "
          "of the Docker daemon's address pools",
          [](Config& c, std::string_view v) { c.max_egress_networks = parse_number("--max-egress-networks", v, 1, 1000); }},
+        {"--state-dir", "CUBICLE_STATE_DIR", "DIR",
+         "where persistent sandboxes are kept between servers (default: $STATE_DIRECTORY, /var/lib/cubicle for root, "
+         "else $XDG_STATE_HOME/cubicle or ~/.local/state/cubicle)",
+         [](Config& c, std::string_view v) {
+             if (v.empty() || v.front() != '/') throw std::invalid_argument(fmt::format("--state-dir must be an absolute path, not '{}'", v));
+             c.state_dir = v;
+         }},
+        {"--max-saved-sandboxes", "CUBICLE_MAX_SAVED_SANDBOXES", "N", "most saved persistent sandboxes per principal (the least recently used go)",
+         [](Config& c, std::string_view v) { c.max_saved_sandboxes = parse_number("--max-saved-sandboxes", v, 1, 10000); }},
+        {"--saved-ttl-days", "CUBICLE_SAVED_TTL_DAYS", "N", "days a saved sandbox is kept after its last use (0: until removed)",
+         [](Config& c, std::string_view v) { c.saved_ttl_days = parse_number("--saved-ttl-days", v, 0, 36500); }},
+        {"--max-saved-mb", "CUBICLE_MAX_SAVED_MB", "N", "most MiB of saved sandboxes per principal (0: no limit)",
+         [](Config& c, std::string_view v) { c.max_saved_mb = parse_number("--max-saved-mb", v, 0, 1 << 30); }},
         {"--executor", "CUBICLE_EXECUTOR", "KIND",
          "agent (default; falls back to exec where the agent cannot run) or exec",
          [](Config& c, std::string_view v) {

@@ -50,6 +50,11 @@ struct Config {
     bool preview_listeners = false;
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     int max_egress_networks = 16;  // internal networks, one per principal with networked sandboxes (each a subnet of the Engine's pools)
+    // Persistent sandboxes (store/): where they are kept and for how long.
+    std::string state_dir;  // empty: store::default_state_dir()
+    int max_saved_sandboxes = 10;  // per principal
+    int saved_ttl_days = 7;        // counted from last use (0: kept until removed)
+    int max_saved_mb = 0;          // per principal, saved workspaces and snapshots (0: no limit)
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
     std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)

@@ -52,6 +52,13 @@ Lifetimes::Lifetimes(asio::any_io_executor executor, docker::Client& docker, std
     : executor_(std::move(executor)), docker_(docker), idle_pause_(idle_pause), end_(std::move(end)) {}
 
 void Lifetimes::adopt(const std::shared_ptr<Sandbox>& box, std::chrono::seconds ttl) {
+    if (auto kept = lives_.find(box->id()); kept != lives_.end()) {
+        // Asked for again (a live persistent sandbox by name): a new ttl_s, and paused it stays
+        // until its next call.
+        kept->second->ttl = ttl;
+        kept->second->renew();
+        return;
+    }
     auto life = std::make_shared<Life>();
     life->id = box->id();
     life->owner = box->owner();

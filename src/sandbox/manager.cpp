@@ -49,7 +49,7 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
-      egress_(executor, docker, config, instance_, agent_volume_),
+      egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config),
       lifetimes_(executor, docker, std::chrono::seconds(config.idle_pause_s),
                  [this](std::string id, EndReason reason) { return end(std::move(id), reason); }) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
@@ -234,7 +234,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std:
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_on(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status) {
     // The pools run once the default image is known to be present (start_pool).
     std::shared_ptr<Sandbox> pooled;
-    if (pool_started_) pooled = co_await pools_.acquire(spec, owner);
+    // A persistent sandbox's workspace is its own volume: never a pooled container.
+    if (pool_started_ && spec.workspace_volume.empty()) pooled = co_await pools_.acquire(spec, owner);
     if (auto sandbox = std::move(pooled)) {
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
@@ -289,7 +290,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     check_engine(spec);
     std::string agent_volume;
     if (agent) agent_volume = co_await agent_volume_.ensure(spec.image);
-    std::string sandbox_id = "sb-" + random_hex(6);
+    std::string sandbox_id = spec.sandbox_id.empty() ? "sb-" + random_hex(6) : spec.sandbox_id;
     std::unique_ptr<AgentChannel> channel;
     if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_);
     // Built outside the co_await: GCC 12 frees temporaries inside one wrongly.
@@ -404,13 +405,15 @@ std::vector<std::shared_ptr<Sandbox>> Manager::list(const std::string& owner) co
     return out;
 }
 
-asio::awaitable<void> Manager::end(std::string id, EndReason reason) {
+asio::awaitable<void> Manager::end(std::string id, EndReason reason, bool erase) {
     co_await lifetimes_.thaw(id);
-    lifetimes_.ended(id, reason);
-    co_await destroy(std::move(id));
+    // A persistent one is saved with its reason (get_sandbox_status lists it as saved), not ended.
+    if (!keeper_.held(id)) lifetimes_.ended(id, reason);
+    std::string why(name_of(reason));
+    co_await destroy(std::move(id), std::move(why), erase);
 }
 
-asio::awaitable<void> Manager::destroy(std::string id) {
+asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool erase) {
     lifetimes_.forget(id);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) co_return;
@@ -420,8 +423,119 @@ asio::awaitable<void> Manager::destroy(std::string id) {
         co_await remove_workspace(std::move(sandbox));
         co_return;
     }
+    bool kept = keeper_.held(id) != nullptr;
+    if (kept && !erase) co_await save(sandbox, reason);
+    auto owner = sandbox->owner();
     sandbox->shutdown("it was stopped");
-    co_await remove_container_of(std::move(sandbox));
+    std::exception_ptr failure;
+    try {
+        co_await remove_container_of(std::move(sandbox));
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    if (kept) {
+        // Its volume goes (erase) or stays, only once its container is gone: another
+        // server may take it from the moment it is released.
+        if (erase && !failure) co_await keeper_.erase(id);
+        keeper_.release(id);
+        co_await keeper_.retain(owner);
+    }
+    if (failure) std::rethrow_exception(failure);
+}
+
+asio::awaitable<void> Manager::save(std::shared_ptr<Sandbox> sandbox, std::string reason) {
+    // Its size as the workspace's allocated blocks, from inside (the engine has no cheap way).
+    std::optional<std::uint64_t> bytes;
+    if (sandbox->alive()) {
+        agent::RunRequest request;
+        request.argv = {"du", "-s", "-B1", "--one-file-system", sandbox->workspace()};
+        request.timeout_ms = 10'000;
+        request.max_output_bytes = 4096;
+        try {
+            OutputSink no_sink;
+            auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
+            if (result.status.exit_code == 0) bytes = std::stoull(result.stdout_text);
+        } catch (const std::exception& e) {
+            log::debug("measuring the workspace of {}: {}", sandbox->id(), e.what());
+        }
+    }
+    keeper_.save(sandbox->id(), bytes, reason);
+}
+
+asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner, std::string name, bool stateful,
+                                             bool auto_install, StatusSink status) {
+    if (auto problem = store::invalid_name(name)) throw ToolError("name: " + *problem);
+    for (const auto& sandbox : list(owner)) {
+        const auto* held = keeper_.held(sandbox->id());
+        if (held && held->name == name) co_return Kept{sandbox, true, false};
+    }
+    auto saved = co_await keeper_.take(owner, name);
+    bool resumed = saved.has_value();
+    if (!resumed) {
+        store::SavedSandbox fresh;
+        fresh.spec = resolve(std::move(spec));
+        fresh.sandbox_id = "sb-" + random_hex(6);
+        fresh.name = std::move(name);
+        fresh.owner = owner;
+        fresh.stateful = stateful;
+        fresh.auto_install = auto_install;
+        saved = co_await keeper_.make(std::move(fresh));
+    }
+    spec = saved->spec;
+    spec.workspace_volume = saved->volume;
+    spec.sandbox_id = saved->sandbox_id;
+    std::exception_ptr failure;
+    try {
+        // A container left by a server that died holding it (the hold is ours now, so that
+        // server is gone): it must not write to the workspace any more.
+        std::string label = fmt::format("{}={}", label_sandbox, saved->sandbox_id);
+        auto stale = co_await docker_.list_containers(label);
+        for (const auto& container : stale) co_await docker_.remove_container(container.id);
+        auto sandbox = co_await create(std::move(spec), owner, false, std::move(status));
+        if (!resumed) co_await check_writable(sandbox);
+        sandbox->set_stateful(saved->stateful);
+        sandbox->set_auto_install(saved->auto_install);
+        co_return Kept{sandbox, resumed, resumed};
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    // Nothing of a new one stays; a saved one stays saved.
+    if (!resumed) {
+        try {
+            co_await keeper_.erase(saved->sandbox_id);
+        } catch (const std::exception& e) {
+            log::warning("removing the persistent sandbox {} after a failed start: {}", saved->sandbox_id, e.what());
+        }
+    }
+    keeper_.release(saved->sandbox_id);
+    std::rethrow_exception(failure);
+}
+
+asio::awaitable<void> Manager::check_writable(std::shared_ptr<Sandbox> sandbox) {
+    agent::RunRequest request;
+    request.argv = {"test", "-w", sandbox->workspace()};
+    request.timeout_ms = 10'000;
+    OutputSink no_sink;
+    auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
+    if (result.status.exit_code == 0) co_return;
+    auto image = sandbox->spec().image;
+    co_await destroy(sandbox->id(), "stopped", true);
+    throw ToolError(fmt::format("the image {} has no {} owned by the sandbox user (uid {}), and a persistent sandbox's "
+                                "volume takes its owner from there; use one of cubicle's images, or one that has it",
+                                image, workspace_dir, sandbox_uid));
+}
+
+asio::awaitable<bool> Manager::erase_saved(std::string id, std::string owner) {
+    if (!keeper_.take_by_id(owner, id)) co_return false;
+    std::exception_ptr failure;
+    try {
+        co_await keeper_.erase(id);
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    keeper_.release(id);
+    if (failure) std::rethrow_exception(failure);
+    co_return true;
 }
 
 asio::awaitable<void> Manager::remove_workspace(std::shared_ptr<Sandbox> sandbox) {
@@ -464,11 +578,16 @@ asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
     removal_turns_.open();
     lifetimes_.close();
-    // Their agents answer again (a forced removal would kill them frozen all the same).
+    // Their agents answer again: persistent sandboxes are saved first, while their agents still answer.
     co_await lifetimes_.thaw_all();
+    std::vector<asio::awaitable<void>> saves;
+    for (const auto& [id, sandbox] : sandboxes_) {
+        if (keeper_.held(id)) saves.push_back(save(sandbox, "server exit"));
+    }
+    co_await all_at_once(executor_, std::move(saves));
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
-        lifetimes_.ended(id, EndReason::server_exit);
+        if (!keeper_.held(id)) lifetimes_.ended(id, EndReason::server_exit);
         sandbox->shutdown("the server is stopping");
         containers.insert(sandbox->container_id());
     }
@@ -560,6 +679,8 @@ asio::awaitable<void> Manager::remove_orphans() {
 asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); }
 
 asio::awaitable<void> Manager::sweep_orphans() {
+    // Saved sandboxes past their time go once per server start (and at each save).
+    if (keeper_.exists()) co_await keeper_.retain({});
     asio::steady_timer timer(executor_);
     while (!closed_) {
         timer.expires_after(orphan_sweep_interval);

@@ -15,6 +15,7 @@
 #include "docker/client.hpp"
 #include "sandbox/agent_volume.hpp"
 #include "sandbox/egress.hpp"
+#include "sandbox/keeper.hpp"
 #include "sandbox/lifetimes.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
@@ -39,6 +40,23 @@ public:
     // A workspace in a container shared with other workspaces of the same
     // profile: its own directory and uid, a fraction of the cost of a container.
     asio::awaitable<std::shared_ptr<Sandbox>> create_workspace(SandboxSpec spec, std::string owner, StatusSink status = {});
+    // initialize_sandbox {name, persistent: true}: `owner`'s persistent sandbox called
+    // `name`, live here already, resumed from the store (`resumed`; its interpreters start
+    // afresh: `state_lost`), or created. It outlives this server: stop_sandbox and the
+    // server's exit save it (docs/persistence.md).
+    struct Kept {
+        std::shared_ptr<Sandbox> sandbox;
+        bool resumed = false;
+        bool state_lost = false;
+    };
+    asio::awaitable<Kept> keep(SandboxSpec spec, std::string owner, std::string name, bool stateful, bool auto_install,
+                               StatusSink status);
+    // The record of a live persistent sandbox, or null.
+    const store::SavedSandbox* persistent(const std::string& id) const { return keeper_.held(id); }
+    // `owner`'s persistent sandboxes that are not live here (get_sandbox_status).
+    std::vector<Keeper::Listed> saved(const std::string& owner) { return keeper_.list(owner); }
+    // Removes `owner`'s saved sandbox `id` for good; false when there is none.
+    asio::awaitable<bool> erase_saved(std::string id, std::string owner);
     std::shared_ptr<Sandbox> find(const std::string& id) const;
     // Throws ToolError naming `owner`'s sandboxes when `id` is not one of them:
     // another principal's sandbox gets the same answer as an id that never existed.
@@ -47,10 +65,14 @@ public:
     std::size_t live() const { return sandboxes_.size(); }
     // Most live sandboxes one principal may hold (0: only --max-sandboxes applies).
     void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
-    asio::awaitable<void> destroy(std::string id);
-    // Where a client's sandbox ends (stop_sandbox, its ttl_s, the server's exit): why
-    // is kept for its owner (lifetimes.hpp), a paused one is thawed, then it is destroyed.
-    asio::awaitable<void> end(std::string id, EndReason reason);
+    // Stops a sandbox: a persistent one is saved (`reason`: why, shown in status) unless
+    // `erase`, which removes it with its files.
+    asio::awaitable<void> destroy(std::string id, std::string reason, bool erase);
+    asio::awaitable<void> destroy(std::string id) { return destroy(std::move(id), "stopped", false); }
+    // Where a client's sandbox ends (stop_sandbox, its ttl_s, the server's exit): why is kept
+    // for its owner (lifetimes.hpp), a paused one is thawed, then it is destroyed (a
+    // persistent one saved with that reason, unless `erase`).
+    asio::awaitable<void> end(std::string id, EndReason reason, bool erase = false);
     // Idle pause, ttl_s and the record of ended sandboxes.
     Lifetimes& lifetimes() { return lifetimes_; }
     const Lifetimes& lifetimes() const { return lifetimes_; }
@@ -112,6 +134,10 @@ private:
     // `channel`: the agent's channel the container mounts, if any.
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
                                                     bool copy_agent, std::unique_ptr<AgentChannel> channel);
+    // Throws ToolError (and removes it) when a new persistent sandbox's user cannot write its workspace.
+    asio::awaitable<void> check_writable(std::shared_ptr<Sandbox> sandbox);
+    // Saves a live persistent sandbox's record (its workspace's size, `reason`) before its container goes.
+    asio::awaitable<void> save(std::shared_ptr<Sandbox> sandbox, std::string reason);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
     // Removes a sandbox in the background (release, the pools), taking turns with the others.
@@ -157,6 +183,7 @@ private:
     // speaks over its attach stream (--agent-channel attach, an engine that is not local).
     std::unique_ptr<AgentChannels> channels_;
     Egress egress_;
+    Keeper keeper_;
     Lifetimes lifetimes_;
 };
 

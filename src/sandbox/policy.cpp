@@ -145,7 +145,10 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     // size needs overlay2 on XFS with project quotas).
     w.key("Mounts").begin_array();
     w.begin_object().field("Type", "volume").field("Target", workspace_dir);
-    if (spec.disk_mb > 0) {
+    if (!spec.workspace_volume.empty()) {
+        // A fresh volume takes the image's /workspace (owned by the sandbox user) on first mount.
+        w.field("Source", spec.workspace_volume);
+    } else if (spec.disk_mb > 0) {
         w.key("VolumeOptions").begin_object().key("DriverConfig").begin_object().field("Name", "local");
         w.key("Options").begin_object().field("type", "tmpfs").field("device", "tmpfs");
         // Mode 0711: workspaces sharing a container (each its own uid) may pass through

@@ -45,6 +45,11 @@ struct SandboxSpec {
     std::vector<std::pair<std::string, std::string>> env;
     // The OCI runtime (runsc for gVisor); empty: the engine's default.
     std::string runtime;
+    // A named volume on disk that holds /workspace (a persistent sandbox's); empty: a tmpfs
+    // of disk_mb. On disk the agent holds disk_mb and files_limit (agent/diskquota.h).
+    std::string workspace_volume;
+    // A persistent sandbox keeps its id from server to server; empty: a new one.
+    std::string sandbox_id;
 };
 
 // Memory in MiB: what the sandbox's programs may hold (memory_mb, enforced by the agent:

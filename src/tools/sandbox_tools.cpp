@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <optional>
 #include <regex>
 
@@ -176,8 +177,13 @@ T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_
 }
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "ttl_s"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "ttl_s"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
+    auto name = args.string("name");
+    bool persistent = args.boolean("persistent").value_or(false);
+    if (persistent && !name) throw ToolError("persistent: true needs a name, to resume the sandbox by later");
+    if (name && !persistent) throw ToolError("name is for persistent sandboxes: add persistent: true");
+    if (persistent && shared_workspace) throw ToolError("a shared-container workspace cannot be persistent; leave out workspace: true");
     bool auto_install = args.boolean("auto_install").value_or(true);
     bool stateful = args.boolean("stateful").value_or(true);
     sandbox::SandboxSpec spec;
@@ -203,24 +209,33 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     auto notes = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
     sandbox::StatusSink status = [notes](std::string_view m) { notes->note(m); };
     std::shared_ptr<Sandbox> box;
-    if (shared_workspace) {
+    sandbox::Manager::Kept kept;
+    if (persistent) {
+        kept = co_await env.manager.keep(std::move(spec), context->principal(), *name, stateful, auto_install, std::move(status));
+        box = kept.sandbox;
+    } else if (shared_workspace) {
         box = co_await env.manager.create_workspace(std::move(spec), context->principal(), std::move(status));
     } else {
         box = co_await env.manager.create(std::move(spec), context->principal(), false, std::move(status));
     }
     if (context->cancelled()) {
-        co_await env.manager.destroy(box->id());
+        co_await env.manager.destroy(box->id());  // a persistent one is saved, not lost
         co_return ToolResult{};
     }
-    box->set_stateful(stateful);
-    box->set_auto_install(auto_install);
+    if (!persistent) {  // a persistent one keeps what it was created with
+        box->set_stateful(stateful);
+        box->set_auto_install(auto_install);
+    }
     env.manager.lifetimes().adopt(box, std::chrono::seconds(ttl_s));
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
-    w.field("stateful", stateful).field("gpu", s.gpu).field("workspace", box->workspace());
+    w.field("stateful", box->stateful()).field("gpu", s.gpu).field("workspace", box->workspace());
     write_lifetime(w, env.manager.lifetimes().view(box->id()));
+    if (persistent) {
+        w.field("name", *name).field("persistent", true).field("resumed", kept.resumed).field("state_lost", kept.state_lost);
+    }
     w.end_object();
     co_return structured(w.take());
 }
@@ -456,6 +471,26 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
 
 // ---- get_sandbox_status -------------------------------------------------------
 
+std::string rfc3339(std::int64_t unix_s) {
+    auto time = static_cast<std::time_t>(unix_s);
+    std::tm utc{};
+    gmtime_r(&time, &utc);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text;
+}
+
+void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
+    const auto& saved = listed.saved;
+    w.begin_object().field("sandbox_id", saved.sandbox_id).field("name", saved.name);
+    w.field("state", listed.elsewhere ? "elsewhere" : "saved").field("image", saved.spec.image);
+    w.field("last_used", rfc3339(saved.last_used));
+    w.field("size_mb", std::round(static_cast<double>(saved.size_bytes) / (1 << 20) * 10) / 10);
+    // A record still marked in use that nobody holds: its server ended without saving it.
+    w.field("ended", saved.ended.empty() && !listed.elsewhere ? std::string("server lost") : saved.ended);
+    w.end_object();
+}
+
 void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& manager) {
     const auto& s = box.spec();
     auto memory = manager.memory_limits(s);
@@ -464,7 +499,9 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
     w.field("sandbox_id", box.id()).field("container_id", box.container_id());
     auto life = manager.lifetimes().view(box.id());
     w.field("state", !box.alive() ? "stopped" : life && life->paused ? "paused" : "running");
-    w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : "persistent");
+    const auto* kept = manager.persistent(box.id());
+    w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : kept ? "persistent" : "sandbox");
+    if (kept) w.field("name", kept->name);
     w.field("workspace", box.workspace());
     w.field("image", s.image).field("age_s", std::round(age * 10) / 10).field("network", s.network);
     w.field("memory_mb", memory.programs_mb).field("memory_ceiling_mb", memory.ceiling_mb);
@@ -479,15 +516,23 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
 
 asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element arguments, Context context) {
     Args args(arguments, {"sandbox_id"});
+    auto saved = env.manager.saved(context->principal());
     json::Writer w;
     w.begin_object().key("sandboxes").begin_array();
-    if (auto id = args.string("sandbox_id")) {
-        write_status(w, *env.manager.get(*id, context->principal()), env.manager);
+    auto id = args.string("sandbox_id");
+    bool shown = false;
+    if (id) {
+        for (const auto& one : saved) shown = shown || one.saved.sandbox_id == *id;
+        if (!shown) write_status(w, *env.manager.get(*id, context->principal()), env.manager);
     } else {
         for (const auto& box : env.manager.list(context->principal())) write_status(w, *box, env.manager);
     }
+    w.end_array().key("saved").begin_array();
+    for (const auto& one : saved) {
+        if (!id || one.saved.sandbox_id == *id) write_saved(w, one);
+    }
     w.end_array();
-    // Why the principal's recent sandboxes are gone, newest first.
+    // Why the principal's recent sandboxes are gone, newest first (saved ones are in `saved`).
     w.key("ended").begin_array();
     const auto& ended = env.manager.lifetimes().ended_of(context->principal());
     for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
@@ -501,15 +546,29 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
 // ---- stop_sandbox -------------------------------------------------------------
 
 asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"sandbox_id"});
+    Args args(arguments, {"sandbox_id", "delete"});
     auto id = args.required_string("sandbox_id");
+    bool erase = args.boolean("delete").value_or(false);
+    json::Writer w;
+    if (!env.manager.find(id) || env.manager.find(id)->owner() != context->principal()) {
+        // A saved persistent sandbox of this principal: deleting it is the one thing to do.
+        bool saved = false;
+        for (const auto& one : env.manager.saved(context->principal())) saved = saved || one.saved.sandbox_id == id;
+        if (saved) {
+            if (erase) co_await env.manager.erase_saved(id, context->principal());
+            w.begin_object().field("sandbox_id", id).field("stopped", true).field("saved", !erase).field("deleted", erase).end_object();
+            co_return structured(w.take());
+        }
+    }
     env.manager.get(id, context->principal());
-    co_await env.manager.end(id, sandbox::EndReason::stopped);
+    bool kept = env.manager.persistent(id) != nullptr;
+    co_await env.manager.end(id, sandbox::EndReason::stopped, erase);
     // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
     auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
     env.projects->forget_unless(alive);
-    json::Writer w;
-    w.begin_object().field("sandbox_id", id).field("stopped", true).end_object();
+    w.begin_object().field("sandbox_id", id).field("stopped", true);
+    if (kept) w.field("saved", !erase).field("deleted", erase);
+    w.end_object();
     co_return structured(w.take());
 }
 

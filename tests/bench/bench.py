@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import shlex
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,7 @@ LANGUAGE_PROGRAMS = {
     "rust": 'fn main() {{ println!("hi {n}"); }}',
 }
 BENCH_LABEL = "io.cubicle.bench"  # marks the baseline containers this script starts with docker run
+BENCH_RUN = f"{os.getpid()}-{time.time_ns()}"  # this run's value of the label: other runs' baselines are left alone
 CALL_TIMEOUT_S = 180.0
 
 
@@ -356,6 +359,105 @@ class HttpServerProcess:
                 self.proc.wait()
 
 
+# ---------------------------------------------------------------------------
+# Section 7's transport comparison: blocking clients, one call at a time
+# ---------------------------------------------------------------------------
+# No event loop between the socket and the clock: each client writes a request and blocks
+# reading its answer, as the issue's measurement did (a newline-JSON pipe against http.client).
+
+def sched_ns(pattern: str) -> tuple[int, int]:
+    """(on a CPU, runnable but waiting for one) in ns so far, summed over the threads that
+    /proc/`pattern`/schedstat matches, from the scheduler's own accounting."""
+    ran = waited = 0
+    for stat in Path("/proc").glob(pattern + "/schedstat"):
+        try:
+            fields = stat.read_text().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return ran, waited
+
+
+class PipeClient:
+    """A stdio server of its own, spoken to over its pipes, one request at a time."""
+
+    def __init__(self, binary: Path, extra_args: list[str], log_path: Path):
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen([str(binary), "--default-image", IMAGE, *extra_args],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        self._next_id = 0
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "1"}})
+        self._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _write(self, msg: dict) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict) -> Reply:
+        assert self.proc.stdout
+        self._next_id += 1
+        sent = time.perf_counter()
+        self._write({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        while line := self.proc.stdout.readline():
+            msg = json.loads(line)
+            if msg.get("id") == self._next_id:
+                return Reply(msg, sent, time.perf_counter())
+        raise RpcError("the stdio server closed its stdout")
+
+    def call(self, tool: str, arguments: dict) -> Reply:
+        return self.request("tools/call", {"name": tool, "arguments": arguments})
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()  # the server removes its containers and exits
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class HttpClientSession:
+    """An MCP session (2025-11-25) over one keep-alive http.client connection, one request at a time."""
+
+    def __init__(self, port: int, path: str, sse: bool):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CALL_TIMEOUT_S)
+        self.path = path
+        self.headers = {"Content-Type": "application/json",
+                        "Accept": "application/json, text/event-stream" if sse else "application/json"}
+        self._next_id = 0
+        reply, headers = self._post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+        if reply.error or "mcp-session-id" not in headers:
+            raise RuntimeError(f"HTTP initialize: {reply.msg}")
+        self.headers |= {"Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _post(self, msg: dict) -> tuple[Reply, dict[str, str]]:
+        sent = time.perf_counter()
+        self.conn.request("POST", self.path, json.dumps(msg, separators=(",", ":")), self.headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        arrived = time.perf_counter()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        if response.status >= 300:
+            return Reply({"error": {"code": response.status, "message": f"HTTP {response.status}"}}, sent, arrived), headers
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            events = [line[6:] for line in data.decode().splitlines() if line.startswith("data: ")]
+            return Reply(json.loads(events[-1]) if events else {}, sent, arrived), headers
+        return Reply(json.loads(data) if data else {}, sent, arrived), headers
+
+    def call(self, tool: str, arguments: dict) -> Reply:
+        self._next_id += 1
+        return self._post({"jsonrpc": "2.0", "id": self._next_id, "method": "tools/call",
+                           "params": {"name": tool, "arguments": arguments}})[0]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def binary_fingerprint(path: Path) -> str:
     import hashlib
     try:
@@ -475,6 +577,7 @@ class Bench:
         self.results: dict[str, Row] = {}
         self.problems: list[str] = []
         self.fresh_overhead: list[float] = []  # per call: client-side time − agent-reported duration_ms
+        self.instances: set[str] = set()  # of servers that are not Server objects, for the leak check
 
     # -- helpers ---------------------------------------------------------------
 
@@ -533,7 +636,7 @@ class Bench:
     # -- 1 + 3: throwaway execute_code and initialize_sandbox, pool vs no pool ----
 
     async def section_throwaway_and_init(self, plain: Server, pooled: Server | None) -> None:
-        docker_run = ["docker", "run", "--rm", "--network", "none", "--label", f"{BENCH_LABEL}=1",
+        docker_run = ["docker", "run", "--rm", "--network", "none", "--label", f"{BENCH_LABEL}={BENCH_RUN}",
                       IMAGE, "python3", "-c", PRINT1]
         self.docker_run_cmd = " ".join(shlex.quote(a) for a in docker_run)
         t_run = self.row("docker_run", "1", "`docker run --rm --network none IMAGE python3 -c 'print(1)'` (subprocess, end to end)")
@@ -872,50 +975,101 @@ class Bench:
 
     # -- 7: streamable HTTP (--http) ------------------------------------------------------
 
-    async def section_http(self, stdio: Server) -> None:
-        pair = self.row("http_pair_stdio", "7", "stdio `execute_code` print(1), stateful, alternating with HTTP (baseline)")
-        over = self.row("http_stateful", "7", "HTTP `execute_code` print(1), stateful, one keep-alive connection, JSON answers")
-        over_sse = self.row("http_stateful_sse", "7", "the same answered as server-sent events (Accept: application/json, "
-                                                     "text/event-stream, as MCP clients send), same sandbox, own connection")
+    # The same calls over stdio and HTTP, in interleaved blocks (one sandbox per server, both servers
+    # alive throughout): JSON and SSE answers of execute_code, and run_command true.
+    TRANSPORT_ROWS = (  # key, transport, tool, arguments, what
+        ("http_pair_stdio", "stdio", "execute_code", {"code": PRINT1}, "stdio `execute_code` print(1), stateful (baseline)"),
+        ("http_stateful", "json", "execute_code", {"code": PRINT1},
+         "HTTP `execute_code` print(1), stateful, keep-alive http.client, JSON answers"),
+        ("http_stateful_sse", "sse", "execute_code", {"code": PRINT1},
+         "the same answered as server-sent events (Accept: application/json, text/event-stream, as MCP clients send)"),
+        ("http_cmd_stdio", "stdio", "run_command", {"command": "true"}, "stdio `run_command` true (baseline)"),
+        ("http_cmd_sse", "sse", "run_command", {"command": "true"}, "HTTP `run_command` true, server-sent events"),
+    )
+
+    def compare_transports(self, port: int, path: str, stdio_args: list[str],
+                           http_pid: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """Blocking: runs in a thread. Samples (ms) per row key of TRANSPORT_ROWS, and per key what the
+        client thread and the server process spent per call (ms): on a CPU (unlike latency, this does not
+        depend on what else loads the machine), and runnable but waiting for a CPU (what the load adds)."""
+        blocks, size = self.args.http_blocks, self.args.http_block_size
+        stdio = PipeClient(self.binary, stdio_args, self.log_dir / "server-stdio-pair.log")
+        http_json = http_sse = None
+        try:
+            http_json = HttpClientSession(port, path, sse=False)
+            http_sse = HttpClientSession(port, path, sse=True)
+            clients = {"stdio": stdio, "json": http_json, "sse": http_sse}
+            sandbox = {}
+            for name, client in (("stdio", stdio), ("http", http_json)):
+                r = client.call("initialize_sandbox", {})
+                if r.error:
+                    raise RuntimeError(f"{name} initialize_sandbox: {r.error}")
+                sandbox[name] = r.sc["sandbox_id"]
+                label = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels "io.cubicle.instance"}}',
+                                        r.sc.get("container_id", "")], capture_output=True, text=True).stdout.split()
+                self.instances.update(label)  # for the leak check
+            samples: dict[str, list[float]] = {key: [] for key, *_ in self.TRANSPORT_ROWS}
+            sched = {key: [0, 0, 0, 0] for key, *_ in self.TRANSPORT_ROWS}  # client ran, waited; server ran, waited
+            this_thread = f"self/task/{threading.get_native_id()}"
+
+            def call(transport: str, tool: str, arguments: dict) -> Reply:
+                sid = sandbox["stdio" if transport == "stdio" else "http"]
+                return clients[transport].call(tool, {**arguments, "sandbox_id": sid})
+
+            for _, transport, tool, arguments, _ in self.TRANSPORT_ROWS:  # warm-up
+                for _ in range(20):
+                    call(transport, tool, arguments)
+            self.log(f"section 7: stdio and HTTP in {blocks} interleaved blocks of {size} calls per row")
+            for block in range(blocks):
+                rows = self.TRANSPORT_ROWS[block % 2::] + self.TRANSPORT_ROWS[:block % 2]  # no row always first
+                for key, transport, tool, arguments, _ in rows:
+                    server_pid = stdio.proc.pid if transport == "stdio" else http_pid
+                    before = (*sched_ns(this_thread), *sched_ns(f"{server_pid}/task/*"))
+                    for _ in range(size):
+                        r = call(transport, tool, arguments)
+                        good = ok_print1(r) if tool == "execute_code" else r.error is None and r.sc.get("results", [{}])[0].get("exit_code") == 0
+                        (samples[key].append(r.elapsed_ms) if good else self.problems.append(f"{key}: {short(r.error or r.sc)}"))
+                    after = (*sched_ns(this_thread), *sched_ns(f"{server_pid}/task/*"))
+                    sched[key] = [total + a - b for total, a, b in zip(sched[key], after, before)]
+            for name, client in (("stdio", stdio), ("http", http_json)):
+                r = client.call("stop_sandbox", {"sandbox_id": sandbox[name]})
+                if r.error:
+                    self.problems.append(f"stop_sandbox ({name}): {r.error}")
+            calls = blocks * size
+            return samples, {key: [ns / calls / 1e6 for ns in totals] for key, totals in sched.items()}
+        finally:
+            for client in (http_json, http_sse):
+                if client:
+                    client.close()
+            stdio.close()
+
+    async def section_http(self) -> None:
+        for key, _, _, _, what in self.TRANSPORT_ROWS:
+            self.row(key, "7", what)
         tput = self.row("http_tput", "7", "HTTP: 50 clients (own session and workspace each) × stateful print(1)")
         idle = self.row("http_idle", "7", "HTTP server VmRSS holding 1,000 idle keep-alive connections")
-        srv = HttpServerProcess(self.binary, ["--pool-size", "0", "--max-sandboxes", "200", "--client-max-sandboxes", "200",
-                                              "--client-max-executions", "200", "--client-calls-per-minute", "10000000"],
-                                self.log_dir)
+        common = ["--pool-size", "0", "--max-sandboxes", "200"]
+        srv = HttpServerProcess(self.binary, [*common, "--client-max-sandboxes", "200", "--client-max-executions", "200",
+                                              "--client-calls-per-minute", "10000000"], self.log_dir)
         await srv.start()
         conns: list[HttpConn] = []
         try:
-            session = await HttpSession(await HttpConn(srv.port).open(), srv.path).start()
-            sse_session = await HttpSession(await HttpConn(srv.port, sse=True).open(), srv.path).start()
-            r = await session.call("initialize_sandbox", {})
-            if r.error:
-                raise RuntimeError(f"HTTP initialize_sandbox: {r.error}")
-            await stdio.learn_instance(r.sc.get("container_id", ""))
-            http_sid = r.sc["sandbox_id"]
-            stdio_sid = await self.new_sandbox(stdio)
-            rounds = max(self.rounds * 10, 50)
-            for _ in range(5):
-                await session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
-                await sse_session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
-                await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
-            self.log(f"section 7: stateful print(1), HTTP (JSON, SSE) and stdio alternating, {rounds} rounds")
-            for _ in range(rounds):
-                for http_row, http_session in ((over, session), (over_sse, sse_session)):
-                    r = await http_session.call("execute_code", {"code": PRINT1, "sandbox_id": http_sid})
-                    (http_row.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"HTTP exec: {short(r.error or r.sc)}"))
-                    r = await stdio.call("execute_code", {"code": PRINT1, "sandbox_id": stdio_sid})
-                    (pair.samples.append(r.elapsed_ms) if ok_print1(r) else self.problems.append(f"stdio exec: {short(r.error or r.sc)}"))
-            await self.stop(stdio, stdio_sid)
-            # Now, not after the throughput run: the server closes a connection idle for 120 s.
-            await session.call("stop_sandbox", {"sandbox_id": http_sid})
-            session.conn.close()
-            sse_session.conn.close()
-            for http_row in (over, over_sse):
-                if http_row.samples and pair.samples:
-                    diff = http_row.med - pair.med
-                    http_row.ratios = [f"this − stdio = {diff:+.3f} ms (stdio median {pair.med:.3f} ms)"]
-                    http_row.target = "≤ stdio + 0.5 ms"
-                    http_row.checks = [diff <= 0.5]
+            assert srv.proc
+            samples, cpu = await asyncio.to_thread(self.compare_transports, srv.port, srv.path, common, srv.proc.pid)
+            for key, *_ in self.TRANSPORT_ROWS:
+                self.results[key].samples = samples[key]
+            for key, baseline_key in (("http_stateful", "http_pair_stdio"), ("http_stateful_sse", "http_pair_stdio"),
+                                      ("http_cmd_sse", "http_cmd_stdio")):
+                row, base = self.results[key], self.results[baseline_key]
+                for r, k in ((row, key), (base, baseline_key)):
+                    if r.samples:
+                        r.ratios = [f"p99 {pct(r.samples, 99):.2f} ms", f"per call: client CPU {cpu[k][0]:.3f} ms (waited for one "
+                                    f"{cpu[k][1]:.3f}), server CPU {cpu[k][2]:.3f} ms (waited {cpu[k][3]:.3f})"]
+                if row.samples and base.samples:
+                    diff = row.med - base.med
+                    row.ratios += [f"{row.med / base.med:.2f}× stdio", f"this − stdio = {diff:+.3f} ms (stdio median {base.med:.3f} ms)"]
+                    row.target = "≤ stdio + 0.5 ms"
+                    row.checks = [diff <= 0.5]
 
             clients, per = 50, max(self.rounds * 2, 20)
             self.log(f"section 7: {clients} HTTP clients × {per} stateful executions")
@@ -1041,14 +1195,14 @@ class Bench:
 
     async def leak_check(self) -> list[str]:
         msgs = []
-        instances = set().union(*(s.instances for s in self.servers)) if self.servers else set()
+        instances = set().union(self.instances, *(s.instances for s in self.servers))
         for inst in sorted(instances):
             rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label=io.cubicle.instance={inst}"])
             left = out.split()
             if left:
                 msgs.append(f"{len(left)} container(s) of cubicle instance {inst} were left behind; removing them")
                 await run_cmd(["docker", "rm", "-f", "-v", *left])
-        rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}"])
+        rc, out, _ = await run_cmd(["docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}={BENCH_RUN}"])
         if out.split():
             msgs.append(f"{len(out.split())} baseline container(s) were left behind; removing them")
             await run_cmd(["docker", "rm", "-f", "-v", *out.split()])
@@ -1240,8 +1394,7 @@ class Bench:
         try:
             if a.http_only:
                 plain = await self.server("plain", no_pool)
-                await guarded("7", self.section_http(plain))
-                await plain.close()
+                await guarded("7", self.section_http())
                 raise _SkipRest
             if not a.only_languages:
                 plain = await self.server("plain", no_pool)
@@ -1260,9 +1413,7 @@ class Bench:
                 await guarded("6", self.section_memory(mem))
                 await mem.close()
                 if a.http:
-                    stdio = await self.server("stdio-pair", no_pool)
-                    await guarded("7", self.section_http(stdio))
-                    await stdio.close()
+                    await guarded("7", self.section_http())
             langs = await self.server("languages", no_pool)
             await guarded("8", self.section_languages(langs))
             await langs.close()
@@ -1277,7 +1428,7 @@ class Bench:
             self.apply_targets()
         order = ["docker_run", "throw_plain", "throw_pool", "docker_exec", "floor", "live_fresh", "live_stateful",
                  "init_plain", "init_pool", "delay", "conc", "rss_idle", "rss_100", "shutdown_100",
-                 "http_pair_stdio", "http_stateful", "http_stateful_sse", "http_tput", "http_idle",
+                 "http_pair_stdio", "http_stateful", "http_stateful_sse", "http_cmd_stdio", "http_cmd_sse", "http_tput", "http_idle",
                  *(f"{key}_{part}" for key, _, _ in self.FLOODS for part in ("result", "first")),
                  "flood_first_byte", "flood_first_byte_result"]
         order += [f"lang_{kind}_{language}" for language in LANGUAGE_PROGRAMS for kind in ("first", "again")]
@@ -1334,6 +1485,8 @@ def main() -> int:
                    help="run build/cubicle in place instead of a copy taken at start")
     p.add_argument("--http", action="store_true", help="also run section 7: streamable HTTP against stdio")
     p.add_argument("--http-only", action="store_true", help="run only section 7 (streamable HTTP)")
+    p.add_argument("--http-blocks", type=int, default=10, help="section 7: interleaved blocks per transport row (default 10)")
+    p.add_argument("--http-block-size", type=int, default=100, help="section 7: calls per block (default 100)")
     p.add_argument("--create-parallel", type=int, default=4, help="sandboxes created at once in section 6 (default 4)")
     p.add_argument("--soak", type=float, default=None, metavar="SECONDS",
                    help="instead of the benchmark: mixed calls for SECONDS, then the server's RSS, fds, "

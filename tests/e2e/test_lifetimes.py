@@ -121,3 +121,24 @@ async def test_a_sandbox_with_an_exposed_port_is_not_paused():
             assert not paused(cid), "a sandbox with an exposed port was paused"
             await srv.ok("unexpose_port", {"sandbox_id": sid, "port": 8000})
             assert await async_wait_until(lambda: paused(cid), 6), "not paused once its port was closed"
+
+
+async def test_a_paused_persistent_sandbox_is_saved_at_exit_and_on_expiry(tmp_path):
+    state = ("--state-dir", str(tmp_path / "state"), "--pool-size", "0", "--idle-pause-s", "1")
+    async with start_server(*state) as srv:
+        sb = await srv.ok("initialize_sandbox", {"name": "kept", "persistent": True})
+        await srv.ok("write_file", {"sandbox_id": sb["sandbox_id"], "path": "a.txt", "content": "kept\n"})
+        assert await paused_on_both_sides(srv, sb["sandbox_id"], sb["container_id"]), "the idle sandbox was not paused"
+    # Saved at the exit although it was frozen (its agent measured its workspace).
+    async with start_server(*state) as srv:
+        saved = (await srv.ok("get_sandbox_status"))["saved"]
+        assert [(s["name"], s["ended"]) for s in saved] == [("kept", "server exit")], saved
+        sb = await srv.ok("initialize_sandbox", {"name": "kept", "persistent": True, "ttl_s": 2})
+        assert sb["resumed"] and sb["ttl_s"] == 2, sb
+        assert await async_wait_until(lambda: not container_exists(sb["container_id"]), 10), "not expired"
+        status = await srv.ok("get_sandbox_status")
+        assert [(s["name"], s["ended"]) for s in status["saved"]] == [("kept", "expired")], status
+        assert status["ended"] == [], "a saved sandbox is listed as saved, not ended"
+        r = await srv.ok("initialize_sandbox", {"name": "kept", "persistent": True})
+        assert (await srv.sh(r["sandbox_id"], "cat a.txt"))["stdout"] == "kept\n"
+        await srv.ok("stop_sandbox", {"sandbox_id": r["sandbox_id"], "delete": True})

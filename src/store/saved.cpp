@@ -1,0 +1,126 @@
+#include "store/saved.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "common/json.hpp"
+
+namespace cubicle::store {
+namespace {
+
+constexpr std::int64_t record_version = 1;
+
+std::string string_of(simdjson::dom::element object, const char* key) {
+    std::string_view text;
+    if (object[key].get(text) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the record has no {}", key));
+    return std::string(text);
+}
+
+template <typename T>
+T number_of(simdjson::dom::element object, const char* key) {
+    T number{};
+    if (object[key].get(number) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the record has no {}", key));
+    return number;
+}
+
+bool flag_of(simdjson::dom::element object, const char* key) {
+    bool flag = false;
+    if (object[key].get(flag) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the record has no {}", key));
+    return flag;
+}
+
+} // namespace
+
+std::string to_json(const SavedSandbox& saved) {
+    const auto& s = saved.spec;
+    json::Writer w;
+    w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
+    w.field("owner", saved.owner).field("volume", saved.volume);
+    w.key("spec").begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
+    w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit).field("tmp_size_mb", s.tmp_size_mb);
+    w.field("disk_mb", s.disk_mb).field("files_limit", s.files_limit).field("runtime", s.runtime);
+    w.key("env").begin_array();
+    for (const auto& [name, value] : s.env) w.begin_array().value(name).value(value).end_array();
+    w.end_array().end_object();
+    w.field("stateful", saved.stateful).field("auto_install", saved.auto_install);
+    w.field("created", saved.created).field("last_used", saved.last_used).field("size_bytes", saved.size_bytes);
+    w.field("ended", saved.ended).end_object();
+    return w.take() + "\n";
+}
+
+SavedSandbox saved_sandbox_from_json(std::string_view text) {
+    json::Document document;
+    if (auto error = document.parse(text)) throw std::runtime_error("the record is not JSON: " + *error);
+    auto root = document.root();
+    if (number_of<std::int64_t>(root, "version") != record_version) throw std::runtime_error("the record is of another version");
+    SavedSandbox saved;
+    saved.sandbox_id = string_of(root, "sandbox_id");
+    saved.name = string_of(root, "name");
+    saved.owner = string_of(root, "owner");
+    saved.volume = string_of(root, "volume");
+    simdjson::dom::element spec;
+    if (root["spec"].get(spec) != simdjson::SUCCESS) throw std::runtime_error("the record has no spec");
+    auto& s = saved.spec;
+    s.image = string_of(spec, "image");
+    s.network = flag_of(spec, "network");
+    s.gpu = flag_of(spec, "gpu");
+    s.memory_mb = static_cast<int>(number_of<std::int64_t>(spec, "memory_mb"));
+    s.cpus = number_of<double>(spec, "cpus");
+    s.pids_limit = static_cast<int>(number_of<std::int64_t>(spec, "pids_limit"));
+    s.tmp_size_mb = static_cast<int>(number_of<std::int64_t>(spec, "tmp_size_mb"));
+    s.disk_mb = static_cast<int>(number_of<std::int64_t>(spec, "disk_mb"));
+    s.files_limit = static_cast<int>(number_of<std::int64_t>(spec, "files_limit"));
+    s.runtime = string_of(spec, "runtime");
+    simdjson::dom::array env;
+    if (spec["env"].get(env) != simdjson::SUCCESS) throw std::runtime_error("the record has no env");
+    for (auto pair : env) {
+        std::string_view name, value;
+        if (pair.at(0).get(name) != simdjson::SUCCESS || pair.at(1).get(value) != simdjson::SUCCESS)
+            throw std::runtime_error("the record's env is malformed");
+        s.env.emplace_back(name, value);
+    }
+    saved.stateful = flag_of(root, "stateful");
+    saved.auto_install = flag_of(root, "auto_install");
+    saved.created = number_of<std::int64_t>(root, "created");
+    saved.last_used = number_of<std::int64_t>(root, "last_used");
+    saved.size_bytes = number_of<std::uint64_t>(root, "size_bytes");
+    saved.ended = string_of(root, "ended");
+    return saved;
+}
+
+std::optional<std::string> invalid_name(std::string_view name) {
+    if (name.empty() || name.size() > 64) return "a sandbox name has 1 to 64 characters";
+    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+    if (!alnum(name.front())) return "a sandbox name starts with a letter or a digit";
+    for (char c : name) {
+        if (!alnum(c) && c != '.' && c != '_' && c != '-')
+            return fmt::format("a sandbox name has only letters, digits, '.', '_' and '-' (not '{}')", c);
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> expired(std::vector<SavedSandbox> saved, const Retention& rules, std::int64_t now, std::uint64_t other_bytes) {
+    // Most recently used first: what is kept is a prefix.
+    std::sort(saved.begin(), saved.end(), [](const auto& a, const auto& b) { return a.last_used > b.last_used; });
+    std::vector<std::string> out;
+    std::size_t kept = 0;
+    std::uint64_t bytes = other_bytes;
+    bool full = false;  // once one is past the count or the bytes, every older one is too
+    for (const auto& one : saved) {
+        bool stale = rules.ttl_s > 0 && now - one.last_used > rules.ttl_s;
+        // The most recently used one always stays: saving never deletes what it saved.
+        full = full || (kept > 0 && (kept >= rules.most_saved ||
+                                     (rules.most_bytes > 0 && bytes + one.size_bytes > rules.most_bytes)));
+        if (stale || full) {
+            out.push_back(one.sandbox_id);
+            continue;
+        }
+        ++kept;
+        bytes += one.size_bytes;
+    }
+    return out;
+}
+
+} // namespace cubicle::store

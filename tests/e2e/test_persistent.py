@@ -1,0 +1,197 @@
+"""Persistent sandboxes (issue 22): a named sandbox outlives its server — stdin EOF, SIGTERM
+and SIGKILL in turn — and the next server on the same store resumes it by name with its
+files, an installed package and its env; another principal never sees it; retention and
+delete remove it with its volume; two servers on one store never share one."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import signal
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import docker, start_server
+
+NAME = "analysis"
+
+
+def volumes_of(sandbox_id: str) -> list[str]:
+    out = docker("volume", "ls", "-q", "--filter", f"label=io.cubicle.sandbox={sandbox_id}").stdout
+    return out.split()
+
+
+def containers_of(sandbox_id: str) -> list[str]:
+    return docker("ps", "-aq", "--filter", f"label=io.cubicle.sandbox={sandbox_id}").stdout.split()
+
+
+def wheel() -> bytes:
+    """A pure-Python wheel made here: the sandbox has no network, so the package comes uploaded."""
+    files = {
+        "greet_pkg/__init__.py": "def hello():\n    return 'hello from greet_pkg'\n",
+        "greet_pkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: greet-pkg\nVersion: 1.0\n",
+        "greet_pkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    records = "".join(f"{name},,\n" for name in files) + "greet_pkg-1.0.dist-info/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        for name, text in {**files, "greet_pkg-1.0.dist-info/RECORD": records}.items():
+            z.writestr(name, text)
+    return buffer.getvalue()
+
+
+def state_args(state: Path, *more: str) -> tuple[str, ...]:
+    return ("--state-dir", str(state), "--pool-size", "0", *more)
+
+
+async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(tmp_path, raw_server):
+    state = tmp_path / "state"
+    async with start_server(*state_args(state)) as srv:
+        box = await srv.ok("initialize_sandbox", {"name": NAME, "persistent": True, "env": {"GREETING": "hi"}, "memory_mb": 300})
+        assert box["persistent"] and not box["resumed"] and box["name"] == NAME, box
+        sid = box["sandbox_id"]
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "data/notes.txt", "content": "kept\n"})
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "greet_pkg-1.0-py3-none-any.whl",
+                                    "content": base64.b64encode(wheel()).decode(), "encoding": "base64"})
+        r = await srv.sh(sid, "pip install --user --break-system-packages --no-index --no-deps ./greet_pkg-1.0-py3-none-any.whl 2>&1 | tail -1")
+        assert r["exit_code"] == 0 and "Successfully installed" in r["stdout"], r
+        await srv.ok("execute_code", {"sandbox_id": sid, "code": "x = 41"})
+        status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
+        assert status["sandboxes"][0]["kind"] == "persistent" and status["sandboxes"][0]["name"] == NAME, status
+        container = box["container_id"]
+    # stdin EOF: the server saved it and removed its container, not its volume.
+    assert not containers_of(sid) and len(volumes_of(sid)) == 1, (containers_of(sid), volumes_of(sid))
+    record = json.loads((state / "sandboxes" / f"{sid}.json").read_text())
+    assert record["ended"] == "server exit" and record["size_bytes"] > 0 and record["owner"] == "local", record
+
+    async with start_server(*state_args(state)) as srv:
+        saved = (await srv.ok("get_sandbox_status"))["saved"]
+        assert [(s["sandbox_id"], s["name"], s["state"], s["ended"]) for s in saved] == [(sid, NAME, "saved", "server exit")], saved
+        assert saved[0]["size_mb"] > 0, saved
+        box = await srv.ok("initialize_sandbox", {"name": NAME, "persistent": True})
+        assert box["sandbox_id"] == sid and box["resumed"] and box["state_lost"] and box["container_id"] != container, box
+        assert box["memory_mb"] == 300, "a resumed sandbox keeps its limits"
+        code = "import greet_pkg, os\nprint(greet_pkg.hello(), os.environ['GREETING'], open('data/notes.txt').read().strip())"
+        out = await srv.ok("execute_code", {"sandbox_id": sid, "code": code})
+        assert out["stdout"] == "hello from greet_pkg hi kept\n", out
+        gone = await srv.ok("execute_code", {"sandbox_id": sid, "code": "print('x' in globals())"})
+        assert gone["stdout"] == "False\n", "the interpreter starts afresh"
+        # The same call again while it runs returns it, not a second one.
+        again = await srv.ok("initialize_sandbox", {"name": NAME, "persistent": True})
+        assert again["sandbox_id"] == sid and again["resumed"] and not again["state_lost"], again
+        assert (await srv.ok("get_sandbox_status"))["saved"] == []
+
+    # SIGTERM, then SIGKILL: each time the next server finds the files written before.
+    for number, sig in enumerate((signal.SIGTERM, signal.SIGKILL)):
+        raw = raw_server(*state_args(state))
+        raw.initialize()
+        box = raw.ok("initialize_sandbox", {"name": NAME, "persistent": True})
+        assert box["sandbox_id"] == sid and box["resumed"], box
+        raw.ok("write_file", {"sandbox_id": sid, "path": f"after-{number}.txt", "content": sig.name})
+        raw.signal(sig)
+        raw.wait(40)
+        record = json.loads((state / "sandboxes" / f"{sid}.json").read_text())
+        assert record["ended"] == ("server exit" if sig == signal.SIGTERM else ""), record
+
+    async with start_server(*state_args(state)) as srv:
+        saved = (await srv.ok("get_sandbox_status"))["saved"]
+        assert saved[0]["ended"] == "server lost", saved  # SIGKILL: nobody saved it
+        box = await srv.ok("initialize_sandbox", {"name": NAME, "persistent": True})
+        assert box["resumed"], box
+        r = await srv.sh(sid, "cat after-0.txt after-1.txt data/notes.txt")
+        assert r["stdout"] == "SIGTERMSIGKILLkept\n", r
+        assert len(containers_of(sid)) == 1, "the killed server's container is gone"
+        stopped = await srv.ok("stop_sandbox", {"sandbox_id": sid, "delete": True})
+        assert stopped["deleted"] and not stopped["saved"], stopped
+        assert (await srv.ok("get_sandbox_status"))["saved"] == []
+    assert not containers_of(sid) and not volumes_of(sid)
+    assert not list((state / "sandboxes").glob(f"{sid}.json"))
+
+
+async def test_stop_saves_and_delete_removes_a_saved_one(tmp_path):
+    state = tmp_path / "state"
+    async with start_server(*state_args(state)) as srv:
+        box = await srv.ok("initialize_sandbox", {"name": "notes", "persistent": True})
+        sid = box["sandbox_id"]
+        await srv.ok("write_file", {"sandbox_id": sid, "path": "a.txt", "content": "A"})
+        stopped = await srv.ok("stop_sandbox", {"sandbox_id": sid})
+        assert stopped["saved"] and not stopped["deleted"], stopped
+        saved = (await srv.ok("get_sandbox_status"))["saved"]
+        assert [(s["name"], s["ended"]) for s in saved] == [("notes", "stopped")], saved
+        # Resumed in the same server, its file is there.
+        box = await srv.ok("initialize_sandbox", {"name": "notes", "persistent": True})
+        assert box["resumed"] and (await srv.sh(sid, "cat a.txt"))["stdout"] == "A"
+        await srv.ok("stop_sandbox", {"sandbox_id": sid})
+        # A saved one is deleted by its id.
+        stopped = await srv.ok("stop_sandbox", {"sandbox_id": sid, "delete": True})
+        assert stopped["deleted"], stopped
+        assert (await srv.ok("get_sandbox_status"))["saved"] == [] and not volumes_of(sid)
+
+
+async def test_bad_names_and_arguments_are_clear_errors(tmp_path):
+    async with start_server(*state_args(tmp_path / "state")) as srv:
+        for arguments, expected in (({"persistent": True}, "needs a name"),
+                                    ({"name": "x"}, "persistent: true"),
+                                    ({"name": "../x", "persistent": True}, "letter or a digit"),
+                                    ({"name": "a/b", "persistent": True}, "not '/'"),
+                                    ({"name": "x" * 65, "persistent": True}, "1 to 64"),
+                                    ({"name": "w", "persistent": True, "workspace": True}, "cannot be persistent")):
+            kind, text = await srv.tool_error("initialize_sandbox", arguments)
+            assert kind == "isError" and expected in text, (arguments, text)
+        assert await srv.ok("list_languages", {})  # still serving
+
+
+async def test_retention_keeps_the_most_recently_used(tmp_path):
+    state = tmp_path / "state"
+    ids = []
+    async with start_server(*state_args(state, "--max-saved-sandboxes", "2")) as srv:
+        for name in ("one", "two", "three"):
+            box = await srv.ok("initialize_sandbox", {"name": name, "persistent": True})
+            ids.append(box["sandbox_id"])
+            await srv.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"]})
+        names = sorted(s["name"] for s in (await srv.ok("get_sandbox_status"))["saved"])
+        # Saved within one second, "one" may tie: which is the least recently used is by time, then by order.
+        assert len(names) == 2 and "three" in names, names
+        removed = [i for i in ids if not volumes_of(i)]
+        assert len(removed) == 1, "retention removes the volume with the record"
+        for saved in (await srv.ok("get_sandbox_status"))["saved"]:
+            await srv.ok("stop_sandbox", {"sandbox_id": saved["sandbox_id"], "delete": True})
+    assert not any(volumes_of(i) for i in ids)
+
+
+async def test_two_servers_on_one_store_never_share_a_sandbox(tmp_path):
+    state = tmp_path / "state"
+    async with start_server(*state_args(state)) as first, start_server(*state_args(state)) as second:
+        box = await first.ok("initialize_sandbox", {"name": "shared", "persistent": True})
+        kind, text = await second.tool_error("initialize_sandbox", {"name": "shared", "persistent": True})
+        assert "in use by another cubicle server" in text, text
+        saved = (await second.ok("get_sandbox_status"))["saved"]
+        assert [(s["name"], s["state"]) for s in saved] == [("shared", "elsewhere")], saved
+        kind, text = await second.tool_error("stop_sandbox", {"sandbox_id": box["sandbox_id"], "delete": True})
+        assert "in use by another cubicle server" in text, text
+        await first.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"]})
+        again = await second.ok("initialize_sandbox", {"name": "shared", "persistent": True})
+        assert again["sandbox_id"] == box["sandbox_id"] and again["resumed"], again
+        await second.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"], "delete": True})
+    assert not volumes_of(box["sandbox_id"])
+
+
+async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_path):
+    """A fresh volume takes its owner from the image's /workspace: one that root owns is refused
+    clearly, and nothing of the attempt is left."""
+    from conftest import IMAGE
+    tag = f"cubicle-test-root-workspace:{tmp_path.name[-12:].lower()}"
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nUSER root\nRUN chown root:root /workspace\nUSER 1000:1000\n")
+    docker("build", "-q", "-t", tag, str(tmp_path))
+    persistent_volumes = lambda: set(docker("volume", "ls", "-q", "--filter", "label=io.cubicle.persistent=true").stdout.split())
+    before = persistent_volumes()
+    try:
+        async with start_server(*state_args(tmp_path / "state")) as srv:
+            kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True, "image": tag})
+            assert "owned by the sandbox user" in text, text
+            assert (await srv.ok("get_sandbox_status"))["saved"] == []
+        assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))
+        assert persistent_volumes() <= before, "the new sandbox's volume is removed"
+    finally:
+        docker("rmi", "-f", tag)
