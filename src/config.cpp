@@ -173,6 +173,9 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.max_transfer_entries = parse_number("--max-transfer-entries", v, 1, 10000000); }},
         {"--max-exposed-ports", "CUBICLE_MAX_EXPOSED_PORTS", "N", "most ports one sandbox may expose at once (expose_port)",
          [](Config& c, std::string_view v) { c.max_exposed_ports = parse_number("--max-exposed-ports", v, 1, 1024); }},
+        {"--max-checkpoints", "CUBICLE_MAX_CHECKPOINTS", "N",
+         "most checkpoints (checkpoint_session) one sandbox keeps; past it the oldest is dropped",
+         [](Config& c, std::string_view v) { c.max_checkpoints = parse_number("--max-checkpoints", v, 1, 64); }},
         {"--preview-listeners", "CUBICLE_PREVIEW_LISTENERS", "",
          "on the HTTP transport, expose_port also listens on the host's 127.0.0.1 (reachable by every local user, "
          "past the principal check; off by default: previews go through the authenticated preview path. Always on over stdio)",

@@ -45,6 +45,7 @@ struct Config {
     int max_transfer_mb = 256;                 // per upload, download or file read/write
     int max_transfer_entries = 10000;          // files and directories per transfer
     int max_exposed_ports = 8;                 // expose_port listeners per sandbox
+    int max_checkpoints = 8;                   // checkpoint_session's parked copies per sandbox
     // expose_port also listens on the host's 127.0.0.1 over HTTP (any local user reaches those);
     // over stdio that listener is the only way, so it is always there.
     bool preview_listeners = false;

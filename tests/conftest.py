@@ -59,6 +59,8 @@ TOOL_REQUIRED = {
     "list_runs": {"sandbox_id"},
     "get_sandbox_status": set(),
     "stop_sandbox": {"sandbox_id"},
+    "checkpoint_session": {"sandbox_id"},
+    "restore_checkpoint": {"sandbox_id", "checkpoint_id"},
     "write_file": {"sandbox_id", "path", "content"},
     "read_file": {"sandbox_id", "path"},
     "edit_file": {"sandbox_id", "path", "old_text", "new_text"},
@@ -142,6 +144,25 @@ def docker(*args: str, check: bool = True, timeout: float = 60) -> subprocess.Co
     if check and r.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
     return r
+
+
+def store_volumes(state_dir) -> list[str]:
+    """The volumes of persistent sandboxes kept in the store at `state_dir` (none before it exists)."""
+    store_id = Path(state_dir) / "store.id"
+    if not store_id.exists():
+        return []
+    return docker("volume", "ls", "-q", "--filter", f"label=io.cubicle.store={store_id.read_text().strip()}").stdout.split()
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    """A state directory for persistent sandboxes; whatever volumes its store still has at
+    the end (a failed test's) are removed, so that one failure is reported once."""
+    state = tmp_path / "state"
+    yield state
+    left = store_volumes(state)
+    if left:
+        subprocess.run(["docker", "volume", "rm", "-f", *left], capture_output=True)
 
 
 def docker_ids(label_filter: str | Iterable[str]) -> list[str]:

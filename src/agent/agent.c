@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -63,6 +64,7 @@
 #include <unistd.h>
 
 #include "changed.h"
+#include "checkpoint.h"
 #include "memory.h"
 #include "paths.h"
 #include "procfs.h"
@@ -915,6 +917,49 @@ static void handle_reset(uint32_t id)
     send_frame(CUBICLE_FRAME_CLEAN, id, report, strlen(report));
 }
 
+/* RESTORE and DROP (checkpoint.h): a parked copy of a live interpreter goes
+ * live in its execution's place, or is killed. */
+static void handle_checkpoint(uint8_t type, uint32_t id, const char *payload, size_t len)
+{
+    uint32_t exec_id = 0;
+    pid_t pid = 0;
+    const char *bad = checkpoint_parse(payload, len, &exec_id, &pid);
+    struct exec *e = bad ? NULL : find_exec(exec_id);
+
+    if (!bad && (!e || !live(e) || e->builtin || e->pid == pid))
+        bad = "the interpreter is not running";
+    if (!bad)
+        bad = checkpoint_refusal(pid, exec_id);
+    if (bad) {
+        if (type == CUBICLE_FRAME_RESTORE)
+            send_error(id, "cannot restore the checkpoint: %s", bad);
+        return;
+    }
+    if (type == CUBICLE_FRAME_DROP) {
+        kill(pid, SIGKILL);   /* reaped by its parent, or by us once orphaned */
+        return;
+    }
+    /* The live process and its session go; its parked copies, orphaned, come
+     * to us, so that the copy can be this execution's process. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    killpg(e->pid, SIGKILL);
+    while (wait4(e->pid, &e->status, 0, &e->ru) < 0 && errno == EINTR)
+        ;
+    siginfo_t info = { 0 };
+    if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0) {
+        /* not ours to wait for (cannot happen while copies are only ever
+         * children of a live interpreter): the interpreter is lost */
+        kill(pid, SIGKILL);
+        e->exited = 1;
+        e->end_us = now_us();
+        close_stdin(e);
+        sweep();
+        return;
+    }
+    e->pid = pid;
+    checkpoint_wake(pid);
+}
+
 static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size_t len)
 {
     struct exec *e;
@@ -954,6 +999,10 @@ static void handle_frame(uint8_t type, uint32_t id, unsigned char *payload, size
         break;
     case CUBICLE_FRAME_RESET:
         handle_reset(id);
+        break;
+    case CUBICLE_FRAME_RESTORE:
+    case CUBICLE_FRAME_DROP:
+        handle_checkpoint(type, id, (const char *)payload, len);
         break;
     case CUBICLE_FRAME_CONNECT:
     case CUBICLE_FRAME_DATA:

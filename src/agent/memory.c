@@ -108,13 +108,26 @@ static uint64_t programs_memory(void)
     return anon > ours ? anon - ours : 0;
 }
 
-struct largest { pid_t pid; uint64_t anon; };
+struct largest { pid_t pid; uint64_t anon; int parked; };
+
+/* A stopped process -- a parked checkpoint (checkpoint.h), or a program
+ * stopped on purpose -- goes before a running one: losing an undo point
+ * costs less than losing the live interpreter. */
+static int stopped(pid_t pid)
+{
+    pid_t sid;
+    char state = 0;
+    return proc_session(pid, &sid, &state) == 0 && state == 'T';
+}
 
 static void keep_largest(pid_t pid, uint64_t anon, void *arg)
 {
     struct largest *l = arg;
-    if (anon > l->anon)
-        *l = (struct largest){ pid, anon };
+    if (!anon)
+        return;
+    int parked = stopped(pid);
+    if (parked > l->parked || (parked == l->parked && anon > l->anon))
+        *l = (struct largest){ pid, anon, parked };
 }
 
 pid_t memory_check(int64_t now_us)
@@ -130,7 +143,7 @@ pid_t memory_check(int64_t now_us)
     /* One kill at a time: the victim's memory is freed only once it is gone. */
     if (victim > 0 && process_anon(victim) > 0)
         return 0;
-    struct largest l = { 0, 0 };
+    struct largest l = { 0, 0, 0 };
     each_program_process(keep_largest, &l);
     victim = l.pid;
     pid_t session = 0;

@@ -8,6 +8,9 @@
  * less the agent's and the zygote's own -- and when it passes the limit kills
  * the largest process of the sandbox user, as the kernel's OOM killer would.
  * Files, shared memory and the page cache of read-only files never count.
+ * A parked checkpoint (checkpoint.h) counts for the pages it no longer shares
+ * with the live interpreter (the cgroup charges a shared page once), and a
+ * stopped process like it is killed before any running one.
  *
  * Where the cgroup cannot be read or is not the container's (gVisor shows
  * none), the sum of the sandbox user's processes' resident anonymous pages

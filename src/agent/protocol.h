@@ -22,6 +22,10 @@
  * left, else a human-readable list of what is (the server then removes the
  * container instead of reusing it).
  *
+ * RESTORE and DROP (server -> agent; checkpoint.h) act on a parked copy of
+ * an OPEN execution's interpreter; RESTORE's only answer is an ERROR when it
+ * is refused (else the interpreter's next CONTROL line), DROP has none.
+ *
  * Streams (port previews, streams.h): CONNECT (payload: a decimal port) asks
  * the agent to connect to 127.0.0.1:PORT -- the sandbox's own loopback, the
  * only address it ever dials -- as stream <id> (ids shared with executions).
@@ -98,7 +102,9 @@
     X(PONG, pong, 0x15)                                                          \
     X(CONTROL, control, 0x16) /* bytes an OPEN process wrote to fd 3 */      \
     X(CLEAN, clean, 0x17)     /* RESET's answer: "" = pristine, else what is left */ \
-    X(CONNECTED, connected, 0x18) /* CONNECT's answer: the stream is open */
+    X(CONNECTED, connected, 0x18) /* CONNECT's answer: the stream is open */     \
+    X(RESTORE, restore, 0x19) /* "EXEC PID": a parked checkpoint goes live (checkpoint.h) */ \
+    X(DROP, drop, 0x1A)       /* "EXEC PID": a parked checkpoint is killed (checkpoint.h) */
 
 #define CUBICLE_FRAME_ENUM_(name, cxx_name, value) CUBICLE_FRAME_##name = value,
 enum cubicle_frame_type { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_ENUM_) };

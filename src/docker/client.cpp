@@ -602,9 +602,12 @@ DaemonInfo parse_daemon_info(std::string_view info_json) {
     DaemonInfo out;
     json::Document doc;
     simdjson::dom::object runtimes;
-    if (!doc.parse(std::string(info_json)) && doc.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
+    if (doc.parse(std::string(info_json))) return out;
+    if (doc.root()["Runtimes"].get(runtimes) == simdjson::SUCCESS) {
         for (auto [key, value] : runtimes) out.runtimes.emplace_back(key);
     }
+    std::string_view id;
+    if (doc.root()["ID"].get(id) == simdjson::SUCCESS) out.id = id;
     return out;
 }
 

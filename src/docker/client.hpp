@@ -83,6 +83,7 @@ using ProgressSink = std::function<void(std::string_view)>;
 
 struct DaemonInfo {
     std::string api_version;
+    std::string id;  // the engine's own id (/info ID); empty when it has none
     std::vector<std::string> runtimes;
     bool nvidia_runtime() const;
 };

@@ -52,15 +52,26 @@ std::vector<store::SavedSandbox> Keeper::records() {
     const auto& s = store();
     std::vector<store::SavedSandbox> out;
     for (const auto& key : s.keys(store::sandboxes)) {
-        auto text = s.read(store::sandboxes, key);
-        if (!text) continue;  // removed meanwhile
         try {
-            out.push_back(store::saved_sandbox_from_json(*text));
+            auto text = s.read(store::sandboxes, key);
+            if (!text) continue;  // removed meanwhile
+            auto saved = store::saved_sandbox_from_json(*text);
+            if (saved.sandbox_id != key) throw std::runtime_error("its sandbox_id is not its file's name");
+            // Another engine's volume: not ours to resume, measure or remove.
+            if (!engine_.empty() && !saved.engine.empty() && saved.engine != engine_) continue;
+            out.push_back(std::move(saved));
         } catch (const std::exception& e) {
             log::warning("skipping the record {} in {}: {}", key, s.dir().string(), e.what());
         }
     }
     return out;
+}
+
+std::optional<store::SavedSandbox> Keeper::record(const std::string& sandbox_id) {
+    for (auto& saved : records()) {
+        if (saved.sandbox_id == sandbox_id) return std::move(saved);
+    }
+    return std::nullopt;
 }
 
 void Keeper::write(const store::SavedSandbox& saved) {
@@ -71,57 +82,37 @@ void Keeper::write(const store::SavedSandbox& saved) {
     }
 }
 
-asio::awaitable<std::optional<store::SavedSandbox>> Keeper::take(std::string owner, std::string name) {
-    for (const auto& saved : records()) {
-        if (saved.owner != owner || saved.name != name) continue;
+Keeper::Claim Keeper::claim(const std::string& owner, const std::string& name, store::SavedSandbox fresh) {
+    auto whole = store().lock_all();
+    auto who = qualified(owner);
+    for (auto& saved : records()) {
+        if (saved.owner != who || saved.name != name) continue;
+        if (held_.count(saved.sandbox_id)) {
+            throw ToolError(fmt::format("the persistent sandbox '{}' is being started or stopped by another call; try again", name));
+        }
         auto hold = store().try_hold(store::sandboxes, saved.sandbox_id);
         if (!hold) {
             throw ToolError(fmt::format("the persistent sandbox '{}' is in use by another cubicle server on the same state "
                                         "directory ({}); stop it there first, or choose another name",
                                         name, store().dir().string()));
         }
-        // Read again under the hold: the other server may have changed or removed it.
-        auto text = store().read(store::sandboxes, saved.sandbox_id);
-        if (!text) continue;
-        auto current = store::saved_sandbox_from_json(*text);
-        if (!(co_await docker_.inspect_volume(current.volume))) {
-            store().remove(store::sandboxes, current.sandbox_id);
-            throw ToolError(fmt::format("the files of the persistent sandbox '{}' are gone: its volume {} was removed outside "
-                                        "cubicle. Its record is removed; call initialize_sandbox again to start it afresh",
-                                        name, current.volume));
-        }
-        current.last_used = now_s();
-        current.ended.clear();
-        write(current);
-        auto& entry = held_[current.sandbox_id];
-        entry.saved = current;
-        entry.hold = std::move(hold);
-        co_return current;
+        saved.last_used = now_s();
+        saved.ended.clear();
+        write(saved);
+        held_[saved.sandbox_id] = Held{saved, std::move(hold)};
+        return {std::move(saved), false};
     }
-    co_return std::nullopt;
-}
-
-std::optional<store::SavedSandbox> Keeper::take_by_id(const std::string& owner, const std::string& sandbox_id) {
-    if (held_.count(sandbox_id)) return std::nullopt;
-    const auto& s = store();
-    std::optional<std::string> text;
-    try {
-        text = s.read(store::sandboxes, sandbox_id);
-    } catch (const std::invalid_argument&) {
-        return std::nullopt;  // not an id of ours at all
-    }
-    if (!text) return std::nullopt;
-    auto saved = store::saved_sandbox_from_json(*text);
-    if (saved.owner != owner) return std::nullopt;
-    auto hold = s.try_hold(store::sandboxes, sandbox_id);
-    if (!hold) {
-        throw ToolError(fmt::format("the persistent sandbox '{}' is in use by another cubicle server on the same state directory",
-                                    saved.name));
-    }
-    auto& entry = held_[sandbox_id];
-    entry.saved = saved;
-    entry.hold = std::move(hold);
-    return saved;
+    fresh.owner = who;
+    fresh.name = name;
+    fresh.engine = engine_;
+    fresh.volume = store::volume_of(fresh.sandbox_id);
+    fresh.created = fresh.last_used = now_s();
+    auto hold = store().try_hold(store::sandboxes, fresh.sandbox_id);
+    if (!hold) throw ToolError("a new persistent sandbox's record is held by another process; try again");
+    // The record first: a server that dies from here on leaves something the next one finds.
+    write(fresh);
+    held_[fresh.sandbox_id] = Held{fresh, std::move(hold)};
+    return {std::move(fresh), true};
 }
 
 std::string Keeper::volume_config(const store::SavedSandbox& saved) {
@@ -133,24 +124,38 @@ std::string Keeper::volume_config(const store::SavedSandbox& saved) {
     return w.take();
 }
 
-asio::awaitable<store::SavedSandbox> Keeper::make(store::SavedSandbox saved) {
-    saved.volume = "cubicle-ws-" + saved.sandbox_id;
-    saved.created = saved.last_used = now_s();
-    auto hold = store().try_hold(store::sandboxes, saved.sandbox_id);
-    if (!hold) throw ToolError("a new persistent sandbox's record is held by another process; try again");
-    // The record first: a server that dies from here on leaves something the next one finds.
-    write(saved);
+asio::awaitable<void> Keeper::make_volume(store::SavedSandbox saved) {
     auto config = volume_config(saved);
-    try {
-        co_await docker_.create_volume(std::move(config));
-    } catch (...) {
-        store().remove(store::sandboxes, saved.sandbox_id);
-        throw;
+    co_await docker_.create_volume(std::move(config));
+}
+
+asio::awaitable<bool> Keeper::volume_exists(store::SavedSandbox saved) {
+    auto volume = co_await docker_.inspect_volume(saved.volume);
+    // Only a volume this store made is the sandbox's files.
+    if (volume && volume->labels[label_store] == store().id() && volume->labels[label_sandbox] == saved.sandbox_id) co_return true;
+    if (volume) {
+        throw ToolError(fmt::format("the volume {} of the persistent sandbox '{}' was not made by this store; it is left alone",
+                                    saved.volume, saved.name));
     }
-    auto& entry = held_[saved.sandbox_id];
-    entry.saved = saved;
-    entry.hold = std::move(hold);
-    co_return saved;
+    store().remove(store::sandboxes, saved.sandbox_id);
+    held_.erase(saved.sandbox_id);
+    co_return false;
+}
+
+std::optional<store::SavedSandbox> Keeper::take_by_id(const std::string& owner, const std::string& sandbox_id) {
+    if (held_.count(sandbox_id)) return std::nullopt;
+    auto found = record(sandbox_id);
+    if (!found || found->owner != qualified(owner)) return std::nullopt;
+    auto hold = store().try_hold(store::sandboxes, sandbox_id);
+    if (!hold) {
+        throw ToolError(fmt::format("the persistent sandbox '{}' is in use by another cubicle server on the same state directory",
+                                    found->name));
+    }
+    // Read again under the hold: another server may have used it meanwhile.
+    auto current = record(sandbox_id);
+    if (!current || current->owner != qualified(owner)) return std::nullopt;
+    held_[sandbox_id] = Held{*current, std::move(hold)};
+    return current;
 }
 
 const store::SavedSandbox* Keeper::held(const std::string& sandbox_id) const {
@@ -180,45 +185,78 @@ asio::awaitable<void> Keeper::erase(std::string sandbox_id) {
     auto it = held_.find(sandbox_id);
     if (it == held_.end()) co_return;
     auto volume = it->second.saved.volume;
-    // The volume first: a record without its volume is found broken and removed, a volume
-    // without a record would be lost from sight.
-    co_await docker_.remove_volume(std::move(volume));
-    store().remove(store::sandboxes, sandbox_id);
+    std::exception_ptr failure;
+    try {
+        // The volume first: a record without its volume is found broken and removed, a
+        // volume without a record would be lost from sight.
+        co_await docker_.remove_volume(std::move(volume));
+        store().remove(store::sandboxes, sandbox_id);
+    } catch (...) {
+        failure = std::current_exception();
+    }
     held_.erase(sandbox_id);
+    if (failure) std::rethrow_exception(failure);
+}
+
+void Keeper::refresh() {
+    auto now = now_s();
+    for (auto& [id, entry] : held_) {
+        entry.saved.last_used = now;
+        try {
+            write(entry.saved);
+        } catch (const std::exception& e) {
+            log::warning("{}", e.what());
+        }
+    }
 }
 
 std::vector<Keeper::Listed> Keeper::list(const std::string& owner) {
     std::vector<Listed> out;
     if (!exists()) return out;
     for (auto& saved : records()) {
-        if (saved.owner != owner || held_.count(saved.sandbox_id)) continue;
+        if (saved.owner != qualified(owner) || held_.count(saved.sandbox_id)) continue;
         bool elsewhere = store().held(store::sandboxes, saved.sandbox_id);
         out.push_back({std::move(saved), elsewhere});
     }
     return out;
 }
 
-asio::awaitable<void> Keeper::retain(std::string owner) {
+asio::awaitable<void> Keeper::retain(std::string owner, std::string keep) {
+    std::map<std::string, std::vector<store::SavedSandbox>> by_owner;
     try {
-        std::map<std::string, std::vector<store::SavedSandbox>> by_owner;
+        auto prefix = qualified("");
         for (auto& saved : records()) {
-            if (!owner.empty() && saved.owner != owner) continue;
-            if (held_.count(saved.sandbox_id) || store().held(store::sandboxes, saved.sandbox_id)) continue;
+            bool ours = owner.empty() ? saved.owner.starts_with(prefix) : saved.owner == qualified(owner);
+            if (!ours || held_.count(saved.sandbox_id) || store().held(store::sandboxes, saved.sandbox_id)) continue;
             by_owner[saved.owner].push_back(std::move(saved));
         }
-        store::Retention rules{static_cast<std::size_t>(config_.max_saved_sandboxes),
-                               static_cast<std::int64_t>(config_.saved_ttl_days) * 86400,
-                               static_cast<std::uint64_t>(config_.max_saved_mb) << 20};
-        for (auto& [who, saved] : by_owner) {
-            for (const auto& id : store::expired(saved, rules, now_s())) {
-                if (!take_by_id(who, id)) continue;
+    } catch (const std::exception& e) {
+        log::warning("reading saved sandboxes for retention: {}", e.what());
+        co_return;
+    }
+    store::Retention rules{static_cast<std::size_t>(config_.max_saved_sandboxes),
+                           static_cast<std::int64_t>(config_.saved_ttl_days) * 86400,
+                           static_cast<std::uint64_t>(config_.max_saved_mb) << 20};
+    for (auto& [who, saved] : by_owner) {
+        auto gone = store::expired(saved, rules, now_s(), 0, keep);
+        for (const auto& id : gone) {
+            try {
+                // Taken, and decided again on what is current under the hold.
+                auto principal = who.substr(qualified("").size());
+                auto current = take_by_id(principal, id);
+                if (!current) continue;
+                auto before = std::find_if(saved.begin(), saved.end(), [&](const auto& s) { return s.sandbox_id == id; });
+                if (before != saved.end() && current->last_used != before->last_used) {
+                    release(id);
+                    continue;
+                }
                 log::info("removing the saved sandbox {} of {} (retention: --max-saved-sandboxes, --saved-ttl-days, --max-saved-mb)",
                           id, who);
                 co_await erase(id);
+            } catch (const std::exception& e) {
+                log::warning("removing the saved sandbox {}: {}", id, e.what());
             }
         }
-    } catch (const std::exception& e) {
-        log::warning("applying the retention of saved sandboxes: {}", e.what());
     }
 }
 

@@ -28,15 +28,26 @@ class Keeper {
 public:
     Keeper(docker::Client& docker, const Config& config);
 
-    // `owner`'s saved sandbox called `name`, held by this server from now on (last
-    // used now); nullopt when there is none. Throws ToolError when another server uses it,
-    // or when its files are gone.
-    asio::awaitable<std::optional<store::SavedSandbox>> take(std::string owner, std::string name);
+    // The engine the server talks to (/info ID): records of another engine's volumes
+    // (a store shared by a server on Podman and one on Docker) are left alone.
+    void set_engine(std::string id) { engine_ = std::move(id); }
+
+    // `owner`'s persistent sandbox called `name`, held by this server from now on: the
+    // saved one (`created` false, last used now), or else `fresh`, recorded (`created`).
+    // Decided under the store's lock, so two servers never make two of one name. Throws
+    // ToolError when another server, or this one, is using or changing it.
+    struct Claim {
+        store::SavedSandbox saved;
+        bool created = false;
+    };
+    Claim claim(const std::string& owner, const std::string& name, store::SavedSandbox fresh);
+    // Makes the workspace volume of a record `claim` created.
+    asio::awaitable<void> make_volume(store::SavedSandbox saved);
+    // Whether a claimed record's volume is still there; when not, the record goes.
+    asio::awaitable<bool> volume_exists(store::SavedSandbox saved);
     // `owner`'s saved sandbox `sandbox_id` (not in use here), held from now on; nullopt
-    // when there is none.
+    // when there is none. Throws ToolError when another server uses it.
     std::optional<store::SavedSandbox> take_by_id(const std::string& owner, const std::string& sandbox_id);
-    // A new persistent sandbox: its record and its workspace's volume, held by this server.
-    asio::awaitable<store::SavedSandbox> make(store::SavedSandbox saved);
 
     // Whether this server holds `sandbox_id` as a persistent sandbox, and its record.
     const store::SavedSandbox* held(const std::string& sandbox_id) const;
@@ -44,8 +55,11 @@ public:
     // until `release` (its container must be gone first: another server may then start it).
     void save(const std::string& sandbox_id, std::optional<std::uint64_t> size_bytes, const std::string& reason);
     void release(const std::string& sandbox_id);
-    // Removes a held sandbox for good: its volume, then its record.
+    // Removes a held sandbox for good: its volume, then its record; released either way.
     asio::awaitable<void> erase(std::string sandbox_id);
+    // Marks the sandboxes this server holds as used now, so that a server that dies
+    // without saving them does not leave them looking long unused.
+    void refresh();
 
     // `owner`'s persistent sandboxes that no process of this server uses (saved, or in
     // use by another server: `elsewhere`).
@@ -55,8 +69,9 @@ public:
     };
     std::vector<Listed> list(const std::string& owner);
     // Removes `owner`'s saved sandboxes past --max-saved-sandboxes, --saved-ttl-days and
-    // --max-saved-mb (store::expired); all owners' when `owner` is empty. Never throws.
-    asio::awaitable<void> retain(std::string owner);
+    // --max-saved-mb (store::expired), `keep` aside; every owner of this server's transport
+    // when `owner` is empty. Never throws.
+    asio::awaitable<void> retain(std::string owner, std::string keep);
 
     // The store, opened on first use. Throws ToolError naming the directory when it cannot be.
     const store::Store& store();
@@ -68,13 +83,17 @@ private:
         store::SavedSandbox saved;
         std::unique_ptr<store::Hold> hold;
     };
-    // Every record in the store that parses; a broken one is logged and skipped.
+    // Every record of this engine in the store that parses; a broken one is logged and skipped.
     std::vector<store::SavedSandbox> records();
+    std::optional<store::SavedSandbox> record(const std::string& sandbox_id);
     void write(const store::SavedSandbox& saved);
     std::string volume_config(const store::SavedSandbox& saved);
+    // Principals of stdio and HTTP never meet: "local" over HTTP is not stdio's user.
+    std::string qualified(const std::string& owner) const { return config_.transport + ":" + owner; }
 
     docker::Client& docker_;
     const Config& config_;
+    std::string engine_;
     std::unique_ptr<store::Store> store_;
     std::map<std::string, Held> held_;  // by sandbox id
 };

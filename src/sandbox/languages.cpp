@@ -193,8 +193,61 @@ namespace {
 // show() saves the open figures, like a notebook; figures left open at the end
 // of a cell are saved too, so plots come back without savefig.
 constexpr std::string_view python_driver = R"PY(
-import ast, importlib, importlib.abc, importlib.util, os, site, struct, sys, traceback
+import ast, importlib, importlib.abc, importlib.util, os, signal, site, struct, sys, traceback
 figures = {'dir': '', 'count': 0}
+def _blas_pool():
+    # OpenBLAS's pool (numpy's BLAS) is shut down by OpenBLAS's own fork handler and started again after: not the user's threads
+    try: lines = open('/proc/self/maps').read().splitlines()
+    except OSError: return 0
+    import ctypes
+    pools = {}  # one per library loaded, however many names it was mapped under
+    for path in {line.split(None, 5)[5] for line in lines if 'openblas' in line and len(line.split(None, 5)) == 6}:
+        try: lib = ctypes.CDLL(path)
+        except OSError: continue
+        for name in ('openblas_get_num_threads', 'openblas_get_num_threads64_', 'scipy_openblas_get_num_threads64_'):
+            get = getattr(lib, name, None)
+            if get is not None:
+                pools[ctypes.cast(get, ctypes.c_void_p).value] = max(get() - 1, 0)
+                break
+    return sum(pools.values())
+def _threads_refusal():
+    python = len(sys._current_frames()) - 1
+    if python:
+        return ('checkpoint refused: the interpreter runs %d thread(s) of its own besides the main one; a fork copies only '
+                'the calling thread, so theirs would be lost with any lock they hold. Stop and join them first.' % python)
+    native = len(os.listdir('/proc/self/task')) - 1
+    if native > 0: native -= _blas_pool()
+    if native > 0:
+        return ('checkpoint refused: the interpreter runs %d native thread(s) (started by a library) that a fork would not '
+                'copy; checkpoints need an interpreter without threads of its own.' % native)
+    return None
+def _park():
+    # The parked copy: out of the live one's session, stopped until the agent restores it (SIGUSR2, then SIGCONT).
+    os.setsid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    while True:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        if signal.SIGUSR2 in signal.sigpending():
+            signal.sigwait({signal.SIGUSR2})
+            break
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+def _fork_parked(parked):
+    # The pid of a new parked copy (once it stopped); 0 in the copy, once restored.
+    rand = sys.modules.get('random')
+    state = rand.getstate() if rand is not None else None  # random reseeds itself in a fork's child
+    for stream in (sys.stdout, sys.stderr):
+        try: stream.flush()
+        except Exception: pass
+    pid = os.fork()
+    if pid == 0:
+        if state is not None: rand.setstate(state)
+        parked.clear()  # the live one's copies are not this one's to reap
+        _park()
+        return 0
+    _, status = os.waitpid(pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status): raise OSError('the copy ended before it was parked')
+    parked.add(pid)
+    return pid
 def _save_figures():
     plt = sys.modules.get('matplotlib.pyplot')
     if plt is None or not figures['dir']: return
@@ -236,6 +289,26 @@ def _cubicle():
     control = os.fdopen(3, 'wb', buffering=0)
     namespace = {'__name__': '__main__', '__builtins__': __builtins__}
     interpreter = os.getpid()
+    parked = set()  # our parked copies, reaped once killed
+    def checkpoint():
+        # "STATUS 0 PID RSS_KB": a parked copy of this interpreter; the restored copy answers the same with its new copy's pid
+        nonlocal interpreter
+        refusal = _threads_refusal()
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return b'1 0 0 0\n'
+        size = os.sysconf('SC_PAGE_SIZE') // 1024
+        restored = False
+        while True:
+            try: rss = int(open('/proc/self/statm').read().split()[1]) * size
+            except (OSError, ValueError, IndexError): rss = 0
+            try: pid = _fork_parked(parked)
+            except OSError as e:
+                print('checkpoint failed: %s' % e, file=sys.stderr)
+                return b'%d 0 0 0\n' % (0 if restored else 1)
+            if pid: return b'0 0 %d %d\n' % (pid, rss)
+            interpreter = os.getpid()  # restored: the live interpreter now; a fresh copy keeps the checkpoint usable
+            restored = True
     def read(n):
         data = b''
         while len(data) < n:
@@ -247,6 +320,14 @@ def _cubicle():
         header = read(5)
         if header is None: return
         size, flags = struct.unpack('>IB', header)
+        for pid in list(parked):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]: parked.discard(pid)
+            except ChildProcessError: parked.discard(pid)
+        if flags & 4:  # a checkpoint, between cells
+            read(size)
+            control.write(checkpoint())
+            continue
         figures['dir'] = read(struct.unpack('>H', read(2))[0]).decode() if flags & 2 else ''
         figures['count'] = 0
         code = read(size).decode('utf-8', 'replace')
@@ -615,6 +696,8 @@ std::string encode_cell(std::string_view code, bool echo, std::string_view figur
     out += code;
     return out;
 }
+
+std::string encode_checkpoint() { return std::string{'\0', '\0', '\0', '\0', '\4'}; }
 
 agent::RunRequest shell_command(std::string command) {
     agent::RunRequest request;

@@ -71,7 +71,12 @@ bool has_interpreter(std::string_view language);
 // directory follow, where Python saves the cell's matplotlib figures) and
 // UTF-8 code on stdin, runs each in one persistent namespace, and after each
 // writes "<status> <figures>\n" to fd 3 once its output is flushed.
+// Python's also takes flags 4 (no code): a checkpoint (agent/checkpoint.h),
+// answered "<status> 0 <parked pid> <rss KiB>\n".
 agent::RunRequest interpreter_for(std::string_view language);
+
+// The request for a checkpoint of the Python interpreter, in the cells' framing.
+std::string encode_checkpoint();
 
 // A cell in the framing the interpreters read; `figure_dir` (absolute, Python
 // only) receives figure-N.png for each figure shown or left open.

@@ -1,5 +1,6 @@
 #include "sandbox/manager.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <set>
 
@@ -34,6 +35,8 @@ constexpr auto agent_start_timeout = std::chrono::seconds(15);
 constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
 // How often shutdown looks again for containers of its own that are still being removed.
 constexpr int leftover_rounds = 40;
+// Every this many sweeps (10 minutes), persistent sandboxes' records are refreshed and retained.
+constexpr unsigned saved_sweep_rounds = 60;
 // Background removals at once (sandbox/removals.hpp).
 constexpr std::size_t removals_at_once = 2;
 
@@ -82,6 +85,7 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
 void Manager::set_daemon_info(docker::DaemonInfo info) {
     daemon_info_ = std::move(info);
     docker_connected_ = true;
+    keeper_.set_engine(daemon_info_.id);
     const auto& engine = docker_.engine();
     if (!engine.enforces_limits) {
         log::error("{} cannot enforce memory or pids limits (rootless on cgroup v1, or /info MemoryLimit or PidsLimit false): "
@@ -436,9 +440,15 @@ asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool 
     if (kept) {
         // Its volume goes (erase) or stays, only once its container is gone: another
         // server may take it from the moment it is released.
-        if (erase && !failure) co_await keeper_.erase(id);
+        if (erase && !failure) {
+            try {
+                co_await keeper_.erase(id);
+            } catch (...) {
+                failure = std::current_exception();
+            }
+        }
         keeper_.release(id);
-        co_await keeper_.retain(owner);
+        if (!erase) co_await keeper_.retain(owner, id);
     }
     if (failure) std::rethrow_exception(failure);
 }
@@ -448,13 +458,16 @@ asio::awaitable<void> Manager::save(std::shared_ptr<Sandbox> sandbox, std::strin
     std::optional<std::uint64_t> bytes;
     if (sandbox->alive()) {
         agent::RunRequest request;
-        request.argv = {"du", "-s", "-B1", "--one-file-system", sandbox->workspace()};
+        // By its full path: the sandbox's own PATH could offer another du. What it cannot
+        // read it cannot have written much of (it owns everything there).
+        request.argv = {"/usr/bin/du", "-s", "-B1", "--one-file-system", sandbox->workspace()};
         request.timeout_ms = 10'000;
         request.max_output_bytes = 4096;
         try {
             OutputSink no_sink;
             auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
-            if (result.status.exit_code == 0) bytes = std::stoull(result.stdout_text);
+            if (!result.stdout_text.empty() && std::isdigit(static_cast<unsigned char>(result.stdout_text.front())))
+                bytes = std::stoull(result.stdout_text);
         } catch (const std::exception& e) {
             log::debug("measuring the workspace of {}: {}", sandbox->id(), e.what());
         }
@@ -467,48 +480,63 @@ asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner
     if (auto problem = store::invalid_name(name)) throw ToolError("name: " + *problem);
     for (const auto& sandbox : list(owner)) {
         const auto* held = keeper_.held(sandbox->id());
-        if (held && held->name == name) co_return Kept{sandbox, true, false};
+        if (held && held->name == name) co_return Kept{sandbox, true, false, false};
     }
-    auto saved = co_await keeper_.take(owner, name);
-    bool resumed = saved.has_value();
-    if (!resumed) {
-        store::SavedSandbox fresh;
-        fresh.spec = resolve(std::move(spec));
-        fresh.sandbox_id = "sb-" + random_hex(6);
-        fresh.name = std::move(name);
-        fresh.owner = owner;
-        fresh.stateful = stateful;
-        fresh.auto_install = auto_install;
-        saved = co_await keeper_.make(std::move(fresh));
-    }
-    spec = saved->spec;
-    spec.workspace_volume = saved->volume;
-    spec.sandbox_id = saved->sandbox_id;
+    store::SavedSandbox fresh;
+    fresh.spec = resolve(std::move(spec));
+    fresh.sandbox_id = "sb-" + random_hex(6);
+    fresh.stateful = stateful;
+    fresh.auto_install = auto_install;
+    auto [saved, created] = keeper_.claim(owner, name, std::move(fresh));
     std::exception_ptr failure;
     try {
+        if (created) {
+            co_await keeper_.make_volume(saved);
+        } else if (!co_await keeper_.volume_exists(saved)) {
+            throw ToolError(fmt::format("the files of the persistent sandbox '{}' are gone: its volume {} was removed outside "
+                                        "cubicle. Its record is removed; call initialize_sandbox again to start it afresh",
+                                        name, saved.volume));
+        }
+        // What it was created with, within what this server allows now.
+        spec = resolve(within_ceilings(saved.spec));
+        spec.workspace_volume = saved.volume;
+        spec.sandbox_id = saved.sandbox_id;
         // A container left by a server that died holding it (the hold is ours now, so that
         // server is gone): it must not write to the workspace any more.
-        std::string label = fmt::format("{}={}", label_sandbox, saved->sandbox_id);
+        std::string label = fmt::format("{}={}", label_sandbox, saved.sandbox_id);
         auto stale = co_await docker_.list_containers(label);
         for (const auto& container : stale) co_await docker_.remove_container(container.id);
         auto sandbox = co_await create(std::move(spec), owner, false, std::move(status));
-        if (!resumed) co_await check_writable(sandbox);
-        sandbox->set_stateful(saved->stateful);
-        sandbox->set_auto_install(saved->auto_install);
-        co_return Kept{sandbox, resumed, resumed};
+        if (created) co_await check_writable(sandbox);
+        sandbox->set_stateful(saved.stateful);
+        sandbox->set_auto_install(saved.auto_install);
+        co_return Kept{sandbox, !created, !created, true};
     } catch (...) {
         failure = std::current_exception();
     }
     // Nothing of a new one stays; a saved one stays saved.
-    if (!resumed) {
+    if (created) {
         try {
-            co_await keeper_.erase(saved->sandbox_id);
+            co_await keeper_.erase(saved.sandbox_id);
         } catch (const std::exception& e) {
-            log::warning("removing the persistent sandbox {} after a failed start: {}", saved->sandbox_id, e.what());
+            log::warning("removing the persistent sandbox {} after a failed start: {}", saved.sandbox_id, e.what());
         }
+    } else {
+        keeper_.save(saved.sandbox_id, std::nullopt, "failed to start");
     }
-    keeper_.release(saved->sandbox_id);
+    keeper_.release(saved.sandbox_id);
     std::rethrow_exception(failure);
+}
+
+SandboxSpec Manager::within_ceilings(SandboxSpec spec) const {
+    const auto& c = config_;
+    spec.memory_mb = std::min(spec.memory_mb, c.memory_ceiling_mb());
+    spec.cpus = std::min(spec.cpus, c.cpu_ceiling());
+    spec.pids_limit = std::min(spec.pids_limit, c.max_pids_limit);
+    spec.disk_mb = std::min(spec.disk_mb, c.max_disk_mb);
+    spec.files_limit = std::min(spec.files_limit, c.max_files_limit);
+    spec.tmp_size_mb = std::min(spec.tmp_size_mb, c.max_tmp_size_mb);
+    return spec;
 }
 
 asio::awaitable<void> Manager::check_writable(std::shared_ptr<Sandbox> sandbox) {
@@ -680,12 +708,19 @@ asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); 
 
 asio::awaitable<void> Manager::sweep_orphans() {
     // Saved sandboxes past their time go once per server start (and at each save).
-    if (keeper_.exists()) co_await keeper_.retain({});
+    std::string everyone, none;  // named: GCC 12 and temporaries in a co_await (PITFALLS.md)
+    if (keeper_.exists()) co_await keeper_.retain(everyone, none);
     asio::steady_timer timer(executor_);
-    while (!closed_) {
+    for (unsigned round = 1; !closed_; ++round) {
         timer.expires_after(orphan_sweep_interval);
         co_await timer.async_wait(asio::use_awaitable);
         if (closed_) break;
+        // Persistent sandboxes: those in use here marked as used now, saved ones past
+        // their time removed, every so often.
+        if (round % saved_sweep_rounds == 0 && keeper_.exists()) {
+            keeper_.refresh();
+            co_await keeper_.retain(everyone, none);
+        }
         try {
             co_await remove_orphans();
         } catch (const std::exception& e) {

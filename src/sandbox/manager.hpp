@@ -48,6 +48,7 @@ public:
         std::shared_ptr<Sandbox> sandbox;
         bool resumed = false;
         bool state_lost = false;
+        bool started = false;  // by this call (false: it was live here already)
     };
     asio::awaitable<Kept> keep(SandboxSpec spec, std::string owner, std::string name, bool stateful, bool auto_install,
                                StatusSink status);
@@ -134,6 +135,8 @@ private:
     // `channel`: the agent's channel the container mounts, if any.
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
                                                     bool copy_agent, std::unique_ptr<AgentChannel> channel);
+    // `spec`'s limits, lowered to this server's ceilings (a saved sandbox's, made under others).
+    SandboxSpec within_ceilings(SandboxSpec spec) const;
     // Throws ToolError (and removes it) when a new persistent sandbox's user cannot write its workspace.
     asio::awaitable<void> check_writable(std::shared_ptr<Sandbox> sandbox);
     // Saves a live persistent sandbox's record (its workspace's size, `reason`) before its container goes.

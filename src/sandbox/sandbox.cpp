@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <deque>
+#include <sstream>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -46,6 +47,7 @@ struct Sandbox::Pending {
     ExecResult result;
     std::string error;
     std::string interpreter;  // language, when this is a persistent interpreter process
+    std::string control;      // the control line that ended a cell (or a checkpoint request)
 
     void finish() {
         finished = true;
@@ -466,6 +468,7 @@ void Sandbox::dispatch(agent::Frame frame) {
         if (target && target != &pending) {
             auto& interpreter = *interpreters_[pending.interpreter];
             auto cell = std::move(interpreter.cell);
+            cell->control = frame.payload;
             // "STATUS [FIGURES]": the cell's exit status and the plots it saved.
             char* rest = nullptr;
             cell->result.status.exit_code = static_cast<int>(std::strtol(frame.payload.c_str(), &rest, 10));
@@ -641,6 +644,136 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     cell->result.status.duration_us = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
     co_return std::move(cell->result);
+}
+
+// ---- checkpoints (agent/checkpoint.h) ------------------------------------------
+
+asio::awaitable<std::shared_ptr<Sandbox::Pending>> Sandbox::interpreter_exchange(std::string language,
+                                                                                 std::function<void(std::uint32_t, std::uint32_t)> send) {
+    constexpr auto exchange_timeout = std::chrono::seconds(60);
+    if (!alive_) throw ToolError(fmt::format("sandbox {} is no longer running ({})", id_, death_reason_));
+    auto self = shared_from_this();
+    auto found = interpreters_.find(language);
+    if (found == interpreters_.end() || !found->second->exec_id) {
+        throw ToolError(fmt::format("sandbox {} has no live {} interpreter: run a cell with execute_code first", id_, language));
+    }
+    auto interpreter = found->second;
+    while (interpreter->busy) {  // between cells: after the running one
+        auto turn = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+        interpreter->waiting.push_back(turn);
+        co_await turn->async_wait(use_tuple);
+        if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
+    }
+    interpreter->busy = true;
+    struct Turn {
+        Interpreter& interpreter;
+        ~Turn() { interpreter.release(); }
+    } turn{*interpreter};
+    std::uint32_t exec_id = interpreter->exec_id;
+    if (!exec_id) throw ToolError(fmt::format("the {} interpreter ended before its turn (state lost)", language));
+    auto op = std::make_shared<Pending>(executor_);
+    op->done.expires_after(exchange_timeout);
+    interpreter->cell = op;
+    std::uint32_t request_id = next_exec_id_++;
+    pending_[request_id] = op;  // an ERROR about the request (a refused RESTORE) ends it too
+    send(exec_id, request_id);
+    co_await op->done.async_wait(use_tuple);
+    pending_.erase(request_id);
+    if (interpreter->cell == op) interpreter->cell.reset();
+    if (!op->finished) {
+        limit_hit_ = true;
+        if (interpreter->exec_id == exec_id) {
+            interpreter->exec_id = 0;
+            send_frame(agent::encode(agent::FrameType::kill, exec_id));
+        }
+        throw ToolError(fmt::format("the {} interpreter did not answer within {} s; it was stopped (state lost)", language,
+                                    exchange_timeout.count()));
+    }
+    if (!op->error.empty()) throw ToolError(op->error);
+    if (op->result.state_lost) throw ToolError(fmt::format("the {} interpreter ended (state lost)", language));
+    co_return op;
+}
+
+std::vector<Checkpoint> Sandbox::checkpoints() {
+    checkpoints_.forget_unless([this](const Checkpoint& c) {
+        auto it = interpreters_.find(c.language);
+        return alive_ && it != interpreters_.end() && it->second->exec_id == c.interpreter;
+    });
+    return checkpoints_.list();
+}
+
+asio::awaitable<Checkpoint> Sandbox::checkpoint(std::string language, std::size_t max) {
+    if (language != "python") {
+        throw ToolError(fmt::format("checkpoints are for Python: a {} interpreter runs threads of its own (V8's and libuv's "
+                                    "for Node), which a fork does not copy",
+                                    language));
+    }
+    auto self = shared_from_this();
+    std::uint32_t interpreter = 0;
+    // Named, not a temporary in the co_await: see run() in sandbox.hpp (GCC 12).
+    std::function<void(std::uint32_t, std::uint32_t)> send = [&](std::uint32_t exec_id, std::uint32_t) {
+        interpreter = exec_id;
+        send_frame(agent::encode(agent::FrameType::stdin, exec_id, encode_checkpoint()));
+    };
+    auto op = co_await interpreter_exchange(language, std::move(send));
+    // "STATUS 0 PID RSS_KB"
+    std::istringstream line(op->control);
+    int status = 1, figures = 0, pid = 0;
+    std::uint64_t rss_kb = 0;
+    line >> status >> figures >> pid >> rss_kb;
+    if (status != 0 || pid <= 0) {
+        auto why = op->result.stderr_text;
+        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        throw ToolError(why.empty() ? "the interpreter could not make a checkpoint" : why);
+    }
+    checkpoints();  // forget those of an interpreter that ended
+    Checkpoint made{checkpoints_.next_id(), language, interpreter, pid, std::chrono::system_clock::now(), rss_kb};
+    for (const auto& dropped : checkpoints_.add(made, max)) {
+        send_frame(agent::encode(agent::FrameType::drop, next_exec_id_++, fmt::format("{} {}", dropped.interpreter, dropped.pid)));
+    }
+    co_return made;
+}
+
+void Sandbox::drop_checkpoint(const std::string& checkpoint_id) {
+    checkpoints();
+    const Checkpoint* found = checkpoints_.find(checkpoint_id);
+    if (!found) return;
+    send_frame(agent::encode(agent::FrameType::drop, next_exec_id_++, fmt::format("{} {}", found->interpreter, found->pid)));
+    checkpoints_.replace_pid(checkpoint_id, 0);
+}
+
+asio::awaitable<Checkpoint> Sandbox::restore_checkpoint(std::string checkpoint_id) {
+    auto self = shared_from_this();
+    checkpoints();
+    const Checkpoint* found = checkpoints_.find(checkpoint_id);
+    if (!found) {
+        throw ToolError(fmt::format("sandbox {} has no checkpoint '{}' (a checkpoint lives as long as its interpreter: "
+                                    "a timeout, a restart or the memory limit ends it)",
+                                    id_, checkpoint_id));
+    }
+    Checkpoint wanted = *found;
+    std::function<void(std::uint32_t, std::uint32_t)> send = [&](std::uint32_t exec_id, std::uint32_t request_id) {
+        send_frame(agent::encode(agent::FrameType::restore, request_id, fmt::format("{} {}", exec_id, wanted.pid)));
+    };
+    std::shared_ptr<Pending> op;
+    std::string refused;
+    try {
+        op = co_await interpreter_exchange(wanted.language, std::move(send));
+    } catch (const ToolError& e) {
+        refused = e.what();
+    }
+    if (!op) {
+        // A copy killed (at the memory limit, by a program) is forgotten once a restore finds it gone.
+        if (refused.find("parked copy is gone") != std::string::npos) checkpoints_.replace_pid(checkpoint_id, 0);
+        throw ToolError(refused);
+    }
+    std::istringstream line(op->control);
+    int status = 1, figures = 0, pid = 0;
+    line >> status >> figures >> pid;
+    // The restored copy answers with the fresh copy it parked in its place (0: none, the checkpoint is spent).
+    checkpoints_.replace_pid(checkpoint_id, pid);
+    if (pid > 0) wanted.pid = pid;
+    co_return wanted;
 }
 
 } // namespace cubicle::sandbox

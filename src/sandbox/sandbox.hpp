@@ -20,6 +20,7 @@
 #include "sandbox/agent_channel.hpp"
 #include "sandbox/agent_protocol.hpp"
 #include "sandbox/agent_stream.hpp"
+#include "sandbox/checkpoints.hpp"
 #include "sandbox/policy.hpp"
 
 namespace cubicle::sandbox {
@@ -131,6 +132,21 @@ public:
                                          std::uint64_t max_output, OutputSink sink, std::shared_ptr<Cancellation> cancel,
                                          RunOptions options);
 
+    // Checkpoints of the live Python interpreter (agent/checkpoint.h): a parked
+    // copy-on-write fork, taken between cells (after the running one, like a
+    // queued cell); at most `max` per sandbox, the oldest dropped. A checkpoint
+    // lives as long as its interpreter. Throw ToolError saying why not.
+    asio::awaitable<Checkpoint> checkpoint(std::string language, std::size_t max);
+    // The checkpoint's copy becomes the live interpreter (the old one ends); a
+    // fresh copy is parked in its place, so it can be restored again.
+    asio::awaitable<Checkpoint> restore_checkpoint(std::string checkpoint_id);
+    // The checkpoints whose interpreter still lives, oldest first.
+    std::vector<Checkpoint> checkpoints();
+    // Kills a checkpoint's parked copy and forgets it (no-op for an unknown id).
+    void drop_checkpoint(const std::string& checkpoint_id);
+    // Notes that a copy of the workspace was kept with the checkpoint.
+    void set_checkpoint_files(const std::string& checkpoint_id) { checkpoints_.set_files(checkpoint_id); }
+
     // Starts the interpreter for `language` ahead of its first cell, and
     // the zygote for fresh runs (a pooled sandbox serves either).
     void prewarm(const std::string& language);
@@ -187,6 +203,10 @@ private:
     void start_interpreter(const std::string& language, Interpreter& interpreter);
     // The stderr line of a run whose process was killed at the programs' memory limit.
     std::string memory_limit_note() const;
+    // Sends a request to a live interpreter between cells (`send` gets its exec id
+    // and an id for the agent's refusal) and waits for its control line.
+    asio::awaitable<std::shared_ptr<Pending>> interpreter_exchange(std::string language,
+                                                                   std::function<void(std::uint32_t, std::uint32_t)> send);
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;
@@ -215,6 +235,7 @@ private:
     std::shared_ptr<Pending> hello_;
     docker::Client* docker_ = nullptr;  // set in exec-fallback mode
     std::map<std::string, std::shared_ptr<Interpreter>> interpreters_;  // by language
+    Checkpoints checkpoints_;
     bool stateful_ = true;
     bool limit_hit_ = false;
     bool zygote_started_ = false;  // ZYGOTE sent (the agent restarts a dead one itself)

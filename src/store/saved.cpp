@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -33,11 +34,15 @@ bool flag_of(simdjson::dom::element object, const char* key) {
 
 } // namespace
 
+std::string volume_of(std::string_view sandbox_id) {
+    return fmt::format("cubicle-ws-{}", sandbox_id);
+}
+
 std::string to_json(const SavedSandbox& saved) {
     const auto& s = saved.spec;
     json::Writer w;
     w.begin_object().field("version", record_version).field("sandbox_id", saved.sandbox_id).field("name", saved.name);
-    w.field("owner", saved.owner).field("volume", saved.volume);
+    w.field("owner", saved.owner).field("engine", saved.engine).field("volume", saved.volume);
     w.key("spec").begin_object().field("image", s.image).field("network", s.network).field("gpu", s.gpu);
     w.field("memory_mb", s.memory_mb).field("cpus", s.cpus).field("pids_limit", s.pids_limit).field("tmp_size_mb", s.tmp_size_mb);
     w.field("disk_mb", s.disk_mb).field("files_limit", s.files_limit).field("runtime", s.runtime);
@@ -59,7 +64,9 @@ SavedSandbox saved_sandbox_from_json(std::string_view text) {
     saved.sandbox_id = string_of(root, "sandbox_id");
     saved.name = string_of(root, "name");
     saved.owner = string_of(root, "owner");
+    saved.engine = string_of(root, "engine");
     saved.volume = string_of(root, "volume");
+    if (saved.volume != volume_of(saved.sandbox_id)) throw std::runtime_error("the record names a volume not its own");
     simdjson::dom::element spec;
     if (root["spec"].get(spec) != simdjson::SUCCESS) throw std::runtime_error("the record has no spec");
     auto& s = saved.spec;
@@ -101,15 +108,20 @@ std::optional<std::string> invalid_name(std::string_view name) {
     return std::nullopt;
 }
 
-std::vector<std::string> expired(std::vector<SavedSandbox> saved, const Retention& rules, std::int64_t now, std::uint64_t other_bytes) {
-    // Most recently used first: what is kept is a prefix.
-    std::sort(saved.begin(), saved.end(), [](const auto& a, const auto& b) { return a.last_used > b.last_used; });
+std::vector<std::string> expired(std::vector<SavedSandbox> saved, const Retention& rules, std::int64_t now, std::uint64_t other_bytes,
+                                 std::string_view keep) {
+    // Most recently used first (`keep` before all): what is kept is a prefix. Ties go by
+    // creation, then id, so that every server decides alike.
+    std::sort(saved.begin(), saved.end(), [keep](const auto& a, const auto& b) {
+        return std::tuple(a.sandbox_id == keep, a.last_used, a.created, a.sandbox_id) >
+               std::tuple(b.sandbox_id == keep, b.last_used, b.created, b.sandbox_id);
+    });
     std::vector<std::string> out;
     std::size_t kept = 0;
     std::uint64_t bytes = other_bytes;
     bool full = false;  // once one is past the count or the bytes, every older one is too
     for (const auto& one : saved) {
-        bool stale = rules.ttl_s > 0 && now - one.last_used > rules.ttl_s;
+        bool stale = rules.ttl_s > 0 && now - one.last_used > rules.ttl_s && one.sandbox_id != keep;
         // The most recently used one always stays: saving never deletes what it saved.
         full = full || (kept > 0 && (kept >= rules.most_saved ||
                                      (rules.most_bytes > 0 && bytes + one.size_bytes > rules.most_bytes)));

@@ -1,6 +1,7 @@
 #include "store/store.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -24,10 +25,11 @@ std::string env(const char* name) {
     return value ? value : "";
 }
 
+bool valid_key(std::string_view key);
+void sync_dir(const fs::path& dir);
+
 void check_key(std::string_view key) {
-    bool ok = !key.empty() && key.size() <= 128;
-    for (char c : key) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_');
-    if (!ok) throw std::invalid_argument(fmt::format("'{}' is not a valid record key", key));
+    if (!valid_key(key)) throw std::invalid_argument(fmt::format("'{}' is not a valid record key", key));
 }
 
 [[noreturn]] void fail(std::string_view what, const fs::path& path) {
@@ -59,6 +61,7 @@ void write_whole(const fs::path& path, std::string_view data) {
         ::unlink(temporary.c_str());
         fail("cannot write", path);
     }
+    sync_dir(path.parent_path());
 }
 
 // Open-file-description locks: per open file (so a second open in this process is
@@ -73,6 +76,41 @@ struct flock whole_file(short type) {
 
 void make_dir(const fs::path& path) {
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot create the state directory", path);
+}
+
+// A rename or a new entry lasts a crash of the machine once its directory is synced.
+void sync_dir(const fs::path& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+bool valid_key(std::string_view key) {
+    bool ok = !key.empty() && key.size() <= 128;
+    for (char c : key) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_');
+    return ok;
+}
+
+// Records are trusted only in a directory nobody else can write: ours, not a link,
+// not writable by group or others.
+void check_private(const fs::path& dir) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) fail("cannot use", dir);
+    if (!S_ISDIR(st.st_mode)) throw std::runtime_error(fmt::format("{} is not a directory", dir.string()));
+    if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        throw std::runtime_error(fmt::format("{} must belong to this user (uid {}) and be writable by nobody else", dir.string(), ::geteuid()));
+    }
+}
+
+// Temporary files a crash left (a writer's own is renamed within moments).
+void sweep_temporaries(const fs::path& dir) {
+    std::error_code error;
+    auto old = fs::file_time_type::clock::now() - std::chrono::minutes(10);
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+        if (entry.path().filename().string().find(".tmp-") == std::string::npos) continue;
+        if (entry.last_write_time(error) < old) fs::remove(entry.path(), error);
+    }
 }
 
 } // namespace
@@ -97,16 +135,24 @@ Store::Store(fs::path dir) : dir_(std::move(dir)) {
     std::error_code error;
     fs::create_directories(dir_.parent_path(), error);  // ~/.local/state may not exist yet
     make_dir(dir_);
-    make_dir(dir_ / std::string(sandboxes));
-    make_dir(dir_ / std::string(snapshots));
-    auto id_file = dir_ / "store.id";
-    id_ = file_text(id_file);
-    while (!id_.empty() && (id_.back() == '\n' || id_.back() == ' ')) id_.pop_back();
-    if (id_.size() != 32) {
-        // Two servers starting on a new store at once: the first rename wins, both read it back.
-        write_whole(id_file, random_hex(16) + "\n");
-        id_ = file_text(id_file).substr(0, 32);
+    check_private(dir_);
+    for (auto kind : {sandboxes, snapshots}) {
+        make_dir(dir_ / std::string(kind));
+        check_private(dir_ / std::string(kind));
+        sweep_temporaries(dir_ / std::string(kind));
     }
+    auto id_file = dir_ / "store.id";
+    if (!fs::exists(id_file)) {
+        // Two servers starting on a new store at once: link() makes the first one's id the
+        // store's and fails for the other, which then reads it.
+        auto temporary = dir_ / ("store.id.tmp-" + random_hex(4));
+        write_whole(temporary, random_hex(16) + "\n");
+        (void)::link(temporary.c_str(), id_file.c_str());
+        ::unlink(temporary.c_str());
+        sync_dir(dir_);
+    }
+    id_ = file_text(id_file).substr(0, 32);
+    if (id_.size() != 32) throw std::runtime_error(fmt::format("{} is not a store id", id_file.string()));
 }
 
 void Store::write(std::string_view kind, std::string_view key, std::string_view json) const {
@@ -124,7 +170,8 @@ std::vector<std::string> Store::keys(std::string_view kind) const {
     std::error_code error;
     for (const auto& entry : fs::directory_iterator(dir_ / std::string(kind), error)) {
         const auto& path = entry.path();
-        if (path.extension() == ".json") out.push_back(path.stem().string());
+        // Anything else there (an editor's backup, a stray copy) is not a record.
+        if (path.extension() == ".json" && valid_key(path.stem().string())) out.push_back(path.stem().string());
     }
     return out;
 }
@@ -155,6 +202,19 @@ std::unique_ptr<Hold> Store::try_hold(std::string_view kind, std::string_view ke
     if (::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
         ::close(fd);
         return nullptr;
+    }
+    return std::make_unique<Hold>(fd);
+}
+
+std::unique_ptr<Hold> Store::lock_all() const {
+    auto path = dir_ / "store.lock";
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) fail("cannot open", path);
+    auto lock = whole_file(F_WRLCK);
+    while (::fcntl(fd, F_OFD_SETLKW, &lock) != 0) {
+        if (errno == EINTR) continue;
+        ::close(fd);
+        fail("cannot lock", path);
     }
     return std::make_unique<Hold>(fd);
 }

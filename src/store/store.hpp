@@ -52,6 +52,9 @@ public:
     // Where a record may keep a file of its own (say, a snapshot's archive).
     std::filesystem::path path_of(std::string_view kind, std::string_view key, std::string_view suffix) const;
 
+    // The whole store, for a moment: a get-or-create by name takes it around its scan
+    // and its write (never across a wait), so two servers never make two of one name.
+    std::unique_ptr<Hold> lock_all() const;
     // The record's hold, or null when another process (or this one) has it.
     std::unique_ptr<Hold> try_hold(std::string_view kind, std::string_view key) const;
     // Whether some process holds the record now.

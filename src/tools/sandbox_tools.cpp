@@ -218,8 +218,10 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     } else {
         box = co_await env.manager.create(std::move(spec), context->principal(), false, std::move(status));
     }
-    if (context->cancelled()) {
-        co_await env.manager.destroy(box->id());  // a persistent one is saved, not lost
+    // A cancelled call undoes what it started (a persistent one is saved, not lost); one
+    // that found its sandbox live already leaves it to the calls using it.
+    if (context->cancelled() && (!persistent || kept.started)) {
+        co_await env.manager.destroy(box->id());
         co_return ToolResult{};
     }
     if (!persistent) {  // a persistent one keeps what it was created with
@@ -491,7 +493,7 @@ void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
     w.end_object();
 }
 
-void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& manager) {
+void write_status(json::Writer& w, Sandbox& box, const sandbox::Manager& manager) {
     const auto& s = box.spec();
     auto memory = manager.memory_limits(s);
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
@@ -511,6 +513,7 @@ void write_status(json::Writer& w, const Sandbox& box, const sandbox::Manager& m
     w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
     w.field("gpu", s.gpu);
     write_lifetime(w, life);
+    write_checkpoints(w, box);
     w.end_object();
 }
 
@@ -555,8 +558,9 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
         bool saved = false;
         for (const auto& one : env.manager.saved(context->principal())) saved = saved || one.saved.sandbox_id == id;
         if (saved) {
-            if (erase) co_await env.manager.erase_saved(id, context->principal());
-            w.begin_object().field("sandbox_id", id).field("stopped", true).field("saved", !erase).field("deleted", erase).end_object();
+            bool deleted = false;
+            if (erase) deleted = co_await env.manager.erase_saved(id, context->principal());
+            w.begin_object().field("sandbox_id", id).field("stopped", true).field("saved", !deleted).field("deleted", deleted).end_object();
             co_return structured(w.take());
         }
     }
@@ -597,7 +601,7 @@ std::vector<mcp::Tool> tools_of(Env env) {
         {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status, false>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
-    for (auto* more : {&run_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
+    for (auto* more : {&run_handlers, &checkpoint_handlers, &file_handlers, &search_handlers, &project_handlers, &preview_handlers, &package_handlers,
                        &language_handlers}) {
         for (auto& handler : (*more)(env)) handlers.push_back(std::move(handler));
     }

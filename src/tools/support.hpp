@@ -11,6 +11,7 @@
 #include <simdjson.h>
 
 #include "common/errors.hpp"
+#include "common/json.hpp"
 #include "config.hpp"
 #include "docker/client.hpp"
 #include "files/host_transfer.hpp"
@@ -177,6 +178,11 @@ boost::asio::awaitable<mcp::ResourceContent> read_languages_resource(Env env, st
 
 // "python (python3, py), go (golang)" for the detected languages; "none" if there are none.
 std::string available_list(const std::vector<DetectedLanguage>& found);
+
+// checkpoint_session, restore_checkpoint (checkpoint_tools.cpp).
+Handlers checkpoint_handlers(Env env);
+// Its checkpoints, for get_sandbox_status: "checkpoints": [...].
+void write_checkpoints(json::Writer& w, sandbox::Sandbox& box);
 
 // expose_port, unexpose_port (preview_tools.cpp).
 Handlers preview_handlers(Env env);

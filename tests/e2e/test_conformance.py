@@ -337,8 +337,11 @@ async def test_every_tool(sdk, host_dir):
     assert (download_to / "a.txt").read_text() == "héllo\n"
     # Without network a sandbox cannot install: the refusal is a result the model reads.
     await call("install_package", {"sandbox_id": sid, "packages": ["six"]}, tool_error=True)
+    made = await call("checkpoint_session", {"sandbox_id": sid})
+    await call("restore_checkpoint", {"sandbox_id": sid, "checkpoint_id": made["checkpoint_id"]})
     status = await call("get_sandbox_status", {"sandbox_id": sid})
     assert status["sandboxes"][0]["sandbox_id"] == sid
+    assert [c["checkpoint_id"] for c in status["sandboxes"][0]["checkpoints"]] == [made["checkpoint_id"]]
     languages = await call("list_languages", {"sandbox_id": sid})
     assert "python" in {entry["name"] for entry in languages["languages"]}
     exposed = await call("expose_port", {"sandbox_id": sid, "port": 8000})

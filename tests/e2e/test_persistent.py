@@ -4,6 +4,7 @@ files, an installed package and its env; another principal never sees it; retent
 delete remove it with its volume; two servers on one store never share one."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -12,14 +13,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import docker, start_server
+from conftest import docker, result_text, start_server, store_volumes
 
 NAME = "analysis"
 
 
 def volumes_of(sandbox_id: str) -> list[str]:
-    out = docker("volume", "ls", "-q", "--filter", f"label=io.cubicle.sandbox={sandbox_id}").stdout
-    return out.split()
+    return docker("volume", "ls", "-q", "--filter", f"label=io.cubicle.sandbox={sandbox_id}").stdout.split()
 
 
 def containers_of(sandbox_id: str) -> list[str]:
@@ -45,8 +45,8 @@ def state_args(state: Path, *more: str) -> tuple[str, ...]:
     return ("--state-dir", str(state), "--pool-size", "0", *more)
 
 
-async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(tmp_path, raw_server):
-    state = tmp_path / "state"
+async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(state_dir, raw_server):
+    state = state_dir
     async with start_server(*state_args(state)) as srv:
         box = await srv.ok("initialize_sandbox", {"name": NAME, "persistent": True, "env": {"GREETING": "hi"}, "memory_mb": 300})
         assert box["persistent"] and not box["resumed"] and box["name"] == NAME, box
@@ -63,7 +63,7 @@ async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(tmp_path, r
     # stdin EOF: the server saved it and removed its container, not its volume.
     assert not containers_of(sid) and len(volumes_of(sid)) == 1, (containers_of(sid), volumes_of(sid))
     record = json.loads((state / "sandboxes" / f"{sid}.json").read_text())
-    assert record["ended"] == "server exit" and record["size_bytes"] > 0 and record["owner"] == "local", record
+    assert record["ended"] == "server exit" and record["size_bytes"] > 0 and record["owner"] == "stdio:local", record
 
     async with start_server(*state_args(state)) as srv:
         saved = (await srv.ok("get_sandbox_status"))["saved"]
@@ -109,8 +109,8 @@ async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(tmp_path, r
     assert not list((state / "sandboxes").glob(f"{sid}.json"))
 
 
-async def test_stop_saves_and_delete_removes_a_saved_one(tmp_path):
-    state = tmp_path / "state"
+async def test_stop_saves_and_delete_removes_a_saved_one(state_dir):
+    state = state_dir
     async with start_server(*state_args(state)) as srv:
         box = await srv.ok("initialize_sandbox", {"name": "notes", "persistent": True})
         sid = box["sandbox_id"]
@@ -129,8 +129,8 @@ async def test_stop_saves_and_delete_removes_a_saved_one(tmp_path):
         assert (await srv.ok("get_sandbox_status"))["saved"] == [] and not volumes_of(sid)
 
 
-async def test_bad_names_and_arguments_are_clear_errors(tmp_path):
-    async with start_server(*state_args(tmp_path / "state")) as srv:
+async def test_bad_names_and_arguments_are_clear_errors(state_dir):
+    async with start_server(*state_args(state_dir)) as srv:
         for arguments, expected in (({"persistent": True}, "needs a name"),
                                     ({"name": "x"}, "persistent: true"),
                                     ({"name": "../x", "persistent": True}, "letter or a digit"),
@@ -142,8 +142,8 @@ async def test_bad_names_and_arguments_are_clear_errors(tmp_path):
         assert await srv.ok("list_languages", {})  # still serving
 
 
-async def test_retention_keeps_the_most_recently_used(tmp_path):
-    state = tmp_path / "state"
+async def test_retention_keeps_the_most_recently_used(state_dir):
+    state = state_dir
     ids = []
     async with start_server(*state_args(state, "--max-saved-sandboxes", "2")) as srv:
         for name in ("one", "two", "three"):
@@ -151,7 +151,7 @@ async def test_retention_keeps_the_most_recently_used(tmp_path):
             ids.append(box["sandbox_id"])
             await srv.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"]})
         names = sorted(s["name"] for s in (await srv.ok("get_sandbox_status"))["saved"])
-        # Saved within one second, "one" may tie: which is the least recently used is by time, then by order.
+        # Saved within one second they tie on last use; the one just saved always stays.
         assert len(names) == 2 and "three" in names, names
         removed = [i for i in ids if not volumes_of(i)]
         assert len(removed) == 1, "retention removes the volume with the record"
@@ -160,8 +160,8 @@ async def test_retention_keeps_the_most_recently_used(tmp_path):
     assert not any(volumes_of(i) for i in ids)
 
 
-async def test_two_servers_on_one_store_never_share_a_sandbox(tmp_path):
-    state = tmp_path / "state"
+async def test_two_servers_on_one_store_never_share_a_sandbox(state_dir):
+    state = state_dir
     async with start_server(*state_args(state)) as first, start_server(*state_args(state)) as second:
         box = await first.ok("initialize_sandbox", {"name": "shared", "persistent": True})
         kind, text = await second.tool_error("initialize_sandbox", {"name": "shared", "persistent": True})
@@ -177,21 +177,40 @@ async def test_two_servers_on_one_store_never_share_a_sandbox(tmp_path):
     assert not volumes_of(box["sandbox_id"])
 
 
-async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_path):
+async def test_two_servers_asked_at_once_make_one_sandbox_of_a_name(state_dir):
+    """Get-or-create by name is decided under the store's lock: of two servers asked for
+    the same new name at the same moment, one creates it and the other is told it is in use."""
+    async with start_server(*state_args(state_dir)) as first, start_server(*state_args(state_dir)) as second:
+        for round in range(3):
+            name = f"race-{round}"
+            results = await asyncio.gather(first.call("initialize_sandbox", {"name": name, "persistent": True}),
+                                           second.call("initialize_sandbox", {"name": name, "persistent": True}))
+            made = [r.structured_content for r in results if not r.is_error]
+            refused = [result_text(r) for r in results if r.is_error]
+            assert len(made) == 1 and not made[0]["resumed"], (made, refused)
+            assert len(refused) == 1 and "in use by another cubicle server" in refused[0], refused
+            records = list((state_dir / "sandboxes").glob("*.json"))
+            assert len(records) == 1, records
+            winner = first if not results[0].is_error else second
+            await winner.ok("stop_sandbox", {"sandbox_id": made[0]["sandbox_id"], "delete": True})
+            records = list((state_dir / "sandboxes").glob("*.json"))
+            assert len(records) == 0, records
+    assert store_volumes(state_dir) == []
+
+
+async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_path, state_dir):
     """A fresh volume takes its owner from the image's /workspace: one that root owns is refused
     clearly, and nothing of the attempt is left."""
     from conftest import IMAGE
     tag = f"cubicle-test-root-workspace:{tmp_path.name[-12:].lower()}"
     (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nUSER root\nRUN chown root:root /workspace\nUSER 1000:1000\n")
     docker("build", "-q", "-t", tag, str(tmp_path))
-    persistent_volumes = lambda: set(docker("volume", "ls", "-q", "--filter", "label=io.cubicle.persistent=true").stdout.split())
-    before = persistent_volumes()
     try:
-        async with start_server(*state_args(tmp_path / "state")) as srv:
+        async with start_server(*state_args(state_dir)) as srv:
             kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True, "image": tag})
             assert "owned by the sandbox user" in text, text
             assert (await srv.ok("get_sandbox_status"))["saved"] == []
-        assert not list((tmp_path / "state" / "sandboxes").glob("*.json"))
-        assert persistent_volumes() <= before, "the new sandbox's volume is removed"
+        assert not list((state_dir / "sandboxes").glob("*.json"))
+        assert store_volumes(state_dir) == [], "the new sandbox's volume is removed"
     finally:
         docker("rmi", "-f", tag)

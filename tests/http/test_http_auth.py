@@ -46,6 +46,10 @@ def test_principals_are_isolated(srv):
     assert not created["isError"], created
     box = created["structuredContent"]["sandbox_id"]
     assert not srv.call(a, "write_file", {"sandbox_id": box, "path": "secret.txt", "content": "alice's"}, principal="alice")["isError"]
+    assert not srv.call(a, "execute_code", {"sandbox_id": box, "code": "x = 1"}, principal="alice")["isError"]
+    made = srv.call(a, "checkpoint_session", {"sandbox_id": box}, principal="alice")
+    assert not made["isError"], made
+    checkpoint = made["structuredContent"]["checkpoint_id"]
 
     never = "sb-000000000000"
     for name, arguments in [
@@ -55,6 +59,8 @@ def test_principals_are_isolated(srv):
         ("write_file", {"path": "x", "content": "y"}),
         ("list_files", {}),
         ("get_sandbox_status", {}),
+        ("checkpoint_session", {}),
+        ("restore_checkpoint", {"checkpoint_id": checkpoint}),
         ("stop_sandbox", {}),
     ]:
         theirs = srv.call(b, name, {"sandbox_id": box, **arguments}, principal="bob")
@@ -70,6 +76,7 @@ def test_principals_are_isolated(srv):
     assert [s["sandbox_id"] for s in mine] == [box]
     read = srv.call(a, "read_file", {"sandbox_id": box, "path": "secret.txt"}, principal="alice")
     assert "alice's" in str(read["structuredContent"])
+    assert not srv.call(a, "restore_checkpoint", {"sandbox_id": box, "checkpoint_id": checkpoint}, principal="alice")["isError"]
     assert not srv.call(a, "stop_sandbox", {"sandbox_id": box}, principal="alice")["isError"]
     # Why it ended is alice's to know: bob still gets the answer for an id that never existed.
     ended = srv.call(a, "get_sandbox_status", {}, principal="alice")["structuredContent"]["ended"]

@@ -205,7 +205,7 @@ TEST(Golden, ToolsHaveAnnotationsAndExpectedNames) {
         EXPECT_TRUE(tool["annotations"].is_object());
     }
     EXPECT_EQ(names, (std::vector<std::string>{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status",
-                                               "stop_sandbox", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file", "list_files",
+                                               "stop_sandbox", "checkpoint_session", "restore_checkpoint", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file", "list_files",
                                                "search_files", "upload_file", "download_file", "clean_workspace", "open_project", "diff_project",
                                                "apply_project", "expose_port", "unexpose_port", "install_package", "list_languages"}));
 }
@@ -220,7 +220,7 @@ std::vector<std::string> tool_names(const Config& config) {
 
 TEST(Golden, DefaultSetIsRunFilesAndRuns) {
     const std::vector<std::string> basic{"initialize_sandbox", "execute_code", "run_command", "get_sandbox_status", "stop_sandbox",
-                                         "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file",
+                                         "checkpoint_session", "restore_checkpoint", "get_run", "send_input", "signal_run", "list_runs", "write_file", "read_file", "edit_file",
                                          "list_files", "search_files", "clean_workspace", "expose_port", "unexpose_port", "list_languages"};
     EXPECT_EQ(tool_names(Config{}), basic);
     // The host and packages tools join the default set where the operator allowed what they need.

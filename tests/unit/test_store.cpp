@@ -113,14 +113,16 @@ TEST(Store, AHoldIsExclusiveAndDiesWithItsProcess) {
 
 TEST(Saved, ARecordRoundTrips) {
     auto saved = record("sb-abc", 1700000000, 12345);
-    saved.volume = "cubicle-ws-sb-abc";
+    saved.volume = store::volume_of("sb-abc");
     saved.spec.image = "cubicle/sandbox";
     saved.spec.memory_mb = 300;
     saved.spec.cpus = 1.5;
     saved.spec.env = {{"A", "1"}, {"B", "two \"quoted\"\n"}};
     saved.stateful = false;
     saved.ended = "server exit";
+    saved.engine = "ENGINE:ID";
     auto back = store::saved_sandbox_from_json(store::to_json(saved));
+    EXPECT_EQ(back.engine, "ENGINE:ID");
     EXPECT_EQ(back.sandbox_id, saved.sandbox_id);
     EXPECT_EQ(back.volume, saved.volume);
     EXPECT_EQ(back.spec.memory_mb, 300);
@@ -130,6 +132,9 @@ TEST(Saved, ARecordRoundTrips) {
     EXPECT_EQ(back.size_bytes, 12345u);
     EXPECT_EQ(back.ended, "server exit");
     EXPECT_THROW(store::saved_sandbox_from_json("{\"version\": 2}"), std::runtime_error);
+    // A record may only name its own sandbox's volume.
+    saved.volume = "someone-elses-volume";
+    EXPECT_THROW(store::saved_sandbox_from_json(store::to_json(saved)), std::runtime_error);
     EXPECT_THROW(store::saved_sandbox_from_json("not json"), std::runtime_error);
 }
 
@@ -155,4 +160,20 @@ TEST(Retention, TheLeastRecentlyUsedGoPastTheCountTheBytesAndTheTtl) {
     // The most recently used stays even alone over the bytes.
     gone = store::expired({record("big", 30, 500), record("old", 10, 1)}, rules, 40);
     EXPECT_EQ(gone, std::vector<std::string>{"old"});
+    // The one just saved stays whatever the clock says (saves within one second tie).
+    rules = {1, 100, 0};
+    gone = store::expired({record("a", 10), record("b", 10), record("c", 10)}, rules, 10, 0, "a");
+    EXPECT_EQ(gone, (std::vector<std::string>{"c", "b"}));
+    gone = store::expired({record("a", 10)}, rules, 500, 0, "a");  // not even past the TTL
+    EXPECT_TRUE(gone.empty());
+}
+
+TEST(Store, StrayFilesAreNotRecordsAndAnOpenDirectoryIsRefused) {
+    TempDir dir;
+    store::Store s(dir.path);
+    s.write(store::sandboxes, "sb-1", "{}\n");
+    std::ofstream(dir.path / "sandboxes" / "sb-1.old.json") << "{}";
+    EXPECT_EQ(s.keys(store::sandboxes), std::vector<std::string>{"sb-1"});
+    fs::permissions(dir.path, fs::perms::group_write, fs::perm_options::add);
+    EXPECT_THROW(store::Store{dir.path}, std::runtime_error);
 }
