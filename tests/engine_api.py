@@ -1,6 +1,7 @@
 """The few Docker Engine API calls the image tests make themselves, over the unix socket:
-importing a root filesystem tarball (POST /images/create?fromSrc=-) and building a
-Dockerfile from a tar context (POST /build). No docker CLI, the way cubicle talks to
+importing a root filesystem tarball (POST /images/create?fromSrc=-), building a
+Dockerfile from a tar context (POST /build) and creating a container from a config
+the server's policy wrote (POST /containers/create). No docker CLI, the way cubicle talks to
 the daemon; stdlib only."""
 
 from __future__ import annotations
@@ -132,3 +133,10 @@ def remove_image(image: str) -> None:
         connection.getresponse().read()
     finally:
         connection.close()
+
+
+def create_container(config: bytes, name: str) -> str:
+    """POST /containers/create with a config made elsewhere (e.g. sandbox::container_config); its id."""
+    answer = _stream("POST", f"/containers/create?name={quote(name, safe='')}", config,
+                     {"Content-Type": "application/json"}, 60)
+    return answer[0]["Id"]

@@ -37,7 +37,9 @@
  * processes".  Without it (the host-side tests, a developer running the
  * binary) only the program's own process group is ever signalled.  With
  * `--memory-limit BYTES` besides, it holds the programs to that much memory
- * (memory.h), which the container's own limit cannot tell from their files.
+ * (memory.h), which the container's own limit cannot tell from their files;
+ * with `--disk-limit BYTES:FILES` it holds its working directory (the
+ * workspace) to that quota (diskquota.h), where no kernel does.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -65,11 +67,13 @@
 
 #include "changed.h"
 #include "checkpoint.h"
+#include "diskquota.h"
 #include "memory.h"
 #include "paths.h"
 #include "procfs.h"
 #include "remove.h"
 #include "textfile.h"
+#include "usage.h"
 #include "proxy.h"
 #include "reset.h"
 #include "search.h"
@@ -97,6 +101,7 @@ struct exec {
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
     int memory_killed;      /* a process of its session was killed at the memory limit */
+    int disk_killed;        /* ... or at the disk quota */
     int builtin;            /* the agent's own code (changed.h): starts no process */
     int save_fd[2];         /* SAVE copies of stdout/stderr, -1 = none */
     uint64_t save_cap, saved[2];
@@ -474,6 +479,8 @@ static builtin_fn builtin_named(const char *argv0)
         return read_file_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REPLACE_FILE) == 0)
         return replace_file_main;
+    if (strcmp(argv0, CUBICLE_BUILTIN_DISK_USAGE) == 0)
+        return disk_usage_main;
     return NULL;
 }
 
@@ -843,6 +850,7 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
     struct run_req r;
     const char *bad = wire_parse_run(payload, len, &r);
     struct save *save = take_save(id);
+    const char *refusal;
 
     if (bad)
         send_error(id, "malformed %s: %s", what, bad);
@@ -850,6 +858,8 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
         send_error(id, "malformed %s: exec id 0 is reserved", what);
     else if (find_exec(id) || streams_has(id))
         send_error(id, "exec id %u is already in use", id);
+    else if (!builtin_named(r.argv[0]) && (refusal = diskquota_refusal(r.argv)))
+        send_error(id, "%s", refusal);
     else
         spawn(id, &r, mode, save, via_zygote);
     free(save);
@@ -1194,6 +1204,7 @@ static void reap(void)
             ;
         e->end_us = now_us();
         close_stdin(e);
+        diskquota_run_ended(&e->ru);
     }
     /* Children no execution owns: the zygote, and (we are a subreaper once
      * there is one) orphans of every run.  One whose pid an execution still
@@ -1239,8 +1250,9 @@ static void finish(struct exec *e)
         code = WEXITSTATUS(e->status);
     else if (WIFSIGNALED(e->status))
         sig = WTERMSIG(e->status);
-    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld %d", code, sig, e->timed_out,
-                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss, e->memory_killed);
+    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld %d %d", code, sig, e->timed_out,
+                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss, e->memory_killed,
+                     e->disk_killed);
     send_frame(CUBICLE_FRAME_EXIT, e->id, msg, (size_t)n);
     free(e);
 }
@@ -1262,7 +1274,7 @@ static void finish_completed(int64_t now)
     }
 }
 
-/* Is a program running?  The memory limit is watched only then. */
+/* Is a program running?  The memory limit and the disk quota are watched only then. */
 static int programs_run(void)
 {
     for (struct exec *e = execs; e; e = e->next)
@@ -1283,6 +1295,17 @@ static void check_memory(int64_t now)
             e->memory_killed = 1;
 }
 
+/* Holds the workspace to its disk quota (diskquota.h), the same way. */
+static void check_disk(int64_t now)
+{
+    if (!programs_run() || now < diskquota_due_us(now))
+        return;
+    pid_t session = diskquota_check(now);
+    for (struct exec *e = execs; session > 0 && e; e = e->next)
+        if (e->pid == session)
+            e->disk_killed = 1;
+}
+
 /* Milliseconds until the nearest deadline, or -1 for none. */
 static int poll_timeout(int64_t now)
 {
@@ -1293,9 +1316,10 @@ static int poll_timeout(int64_t now)
         if (t >= 0 && (next < 0 || t < next))
             next = t;
     }
-    int64_t memory = programs_run() ? memory_due_us(now) : -1;
-    if (memory >= 0 && (next < 0 || memory < next))
-        next = memory;
+    int64_t checks[2] = { programs_run() ? memory_due_us(now) : -1, programs_run() ? diskquota_due_us(now) : -1 };
+    for (int i = 0; i < 2; i++)
+        if (checks[i] >= 0 && (next < 0 || checks[i] < next))
+            next = checks[i];
     if (next < 0)
         return -1;
     int64_t ms = (next - now + 999) / 1000;
@@ -1362,12 +1386,20 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
         return proxy_main(argc - 2, argv + 2);
-    uint64_t memory_limit = 0;
-    int sandbox = argc >= 2 && strcmp(argv[1], "--sandbox") == 0;
-    if (!(argc == 1 || (sandbox && argc == 2) ||
-          (sandbox && argc == 4 && strcmp(argv[2], "--memory-limit") == 0 &&
-           wire_parse_u64(argv[3], &memory_limit) == 0))) {
-        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] | --proxy PORT [ALLOW ...]]\n");
+    uint64_t memory_limit = 0, disk_bytes = 0, disk_files = 0;
+    int sandbox = argc >= 2 && strcmp(argv[1], "--sandbox") == 0, usage = argc > 1 && !sandbox;
+    for (int i = 2; sandbox && i < argc && !usage; i += 2) {
+        if (i + 1 >= argc)
+            usage = 1;
+        else if (strcmp(argv[i], "--memory-limit") == 0)
+            usage = wire_parse_u64(argv[i + 1], &memory_limit) != 0;
+        else if (strcmp(argv[i], "--disk-limit") == 0)
+            usage = diskquota_parse(argv[i + 1], &disk_bytes, &disk_files) != 0;
+        else
+            usage = 1;
+    }
+    if (usage) {
+        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] [--disk-limit BYTES:FILES] | --proxy PORT [ALLOW ...]]\n");
         return 2;
     }
     sweep_enabled = sandbox && getuid() != 0;
@@ -1377,6 +1409,7 @@ int main(int argc, char **argv)
     if (sweep_enabled) {
         reset_snapshot();
         memory_init(memory_limit);
+        diskquota_init(".", disk_bytes, disk_files);   /* the container's WorkingDir: the workspace */
     }
     int channel = sweep_enabled ? connect_channel() : -1;
     const char *hello = channel >= 0 ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
@@ -1426,6 +1459,7 @@ int main(int argc, char **argv)
         int64_t now = now_us();
         check_timeouts(now);
         check_memory(now);
+        check_disk(now);
         finish_completed(now);
         streams_reap();
     }

@@ -10,8 +10,10 @@
  * RUN and OPEN payloads: NUL-terminated decimal timeout_ms, max_output_bytes
  * (per stream, 0 = none), cwd ("" = the agent's), argc, argc argv strings,
  * envc, envc KEY=VALUE strings; the rest of the payload is stdin.
- * EXIT payload: "exit_code signal timed_out truncated duration_us max_rss_kb"
- * (decimal, space-separated; exit_code -1 when killed by a signal).
+ * EXIT payload: "exit_code signal timed_out truncated duration_us max_rss_kb
+ * memory_limit disk_limit" (decimal, space-separated; exit_code -1 when
+ * killed by a signal; the last two 1 when a process of the execution was
+ * killed at the memory limit (memory.h) or the disk quota (diskquota.h)).
  *
  * RESET (empty payload; only honoured by `cubicle-agent --sandbox` running as
  * the container's main process, never as root): every execution and every
@@ -51,10 +53,12 @@
 #define CUBICLE_AGENT_CHANNEL "/run/cubicle/agent.sock"
 /* A RUN (or FORK) whose argv[0] is one of these runs the agent's own code in
  * the forked child instead of exec'ing a program: the changed-files listing
- * (changed.h), a recursive removal (remove.h) or search_files (search.h) */
+ * (changed.h), a recursive removal (remove.h) or search_files (search.h), */
 #define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
 #define CUBICLE_BUILTIN_REMOVE "cubicle-agent:remove"
 #define CUBICLE_BUILTIN_SEARCH "cubicle-agent:search"
+/* ... the workspace's usage as the disk quota counts it (diskquota.h) ... */
+#define CUBICLE_BUILTIN_DISK_USAGE "cubicle-agent:disk-usage"
 /* ... and the two halves of edit_file (textfile.h) */
 #define CUBICLE_BUILTIN_READ_FILE "cubicle-agent:read-file"
 #define CUBICLE_BUILTIN_REPLACE_FILE "cubicle-agent:replace-file"

@@ -12,22 +12,13 @@
 
 #include "common/errors.hpp"
 #include "common/ids.hpp"
+#include "common/utc_text.hpp"
 
 namespace cubicle::mcp {
 namespace {
 
 namespace asio = boost::asio;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-std::string iso8601(std::chrono::system_clock::time_point at) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
-    std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-    return fmt::format("{}.{:03}Z", text, ms % 1000);
-}
 
 std::string_view status_name(const Task& task, TaskEra era) {
     switch (task.state) {
@@ -77,7 +68,7 @@ void TaskStore::write(json::Writer& w, const Task& task, TaskEra era, bool detai
     bool y2025 = era == TaskEra::y2025;
     w.begin_object().field("taskId", task.id).field("status", status_name(task, era));
     if (!task.status_message.empty()) w.field("statusMessage", task.status_message);
-    w.field("createdAt", iso8601(task.created)).field("lastUpdatedAt", iso8601(task.updated));
+    w.field("createdAt", utc_text(task.created, true)).field("lastUpdatedAt", utc_text(task.updated, true));
     w.field(y2025 ? "ttl" : "ttlMs", task.ttl_ms);
     if (!task.terminal()) w.field(y2025 ? "pollInterval" : "pollIntervalMs", poll_interval_ms);
     if (detailed && !y2025) {

@@ -1,8 +1,8 @@
 #include "sandbox/lifetime_rules.hpp"
 
-#include <ctime>
-
 #include <fmt/format.h>
+
+#include "common/utc_text.hpp"
 
 namespace cubicle::sandbox {
 
@@ -16,14 +16,6 @@ std::string_view name_of(EndReason reason) {
     return "error";
 }
 
-std::string rfc3339(WallClock::time_point when) {
-    auto seconds = WallClock::to_time_t(when);
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
-                       utc.tm_min, utc.tm_sec);
-}
-
 LifeStep next_step(const LifeState& state, std::chrono::steady_clock::time_point now, WallClock::time_point wall_now,
                    std::chrono::seconds idle_pause) {
     if (state.in_call) return LifeStep::none;
@@ -33,7 +25,7 @@ LifeStep next_step(const LifeState& state, std::chrono::steady_clock::time_point
 }
 
 std::string ended_message(const EndedSandbox& ended) {
-    auto when = rfc3339(ended.ended_at);
+    auto when = utc_text(ended.ended_at);
     std::string what;
     switch (ended.reason) {
     case EndReason::expired:

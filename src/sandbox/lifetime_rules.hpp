@@ -19,9 +19,6 @@ using WallClock = std::chrono::system_clock;
 enum class EndReason { stopped, expired, server_exit, error };
 std::string_view name_of(EndReason reason);
 
-// 2026-11-27T08:30:00Z: RFC 3339 in UTC, to the second.
-std::string rfc3339(WallClock::time_point when);
-
 // What the watcher sees of one sandbox at a tick.
 struct LifeState {
     std::chrono::steady_clock::time_point last_used;  // end of its last call (or its creation)

@@ -51,6 +51,31 @@ void agent_mount(json::Writer& w, const std::string& agent_volume) {
     w.end_object();
 }
 
+// A persistent sandbox's workspace is its named volume on disk, which outlives the
+// container; its quota is the agent's (--disk-limit). NoCopy false: a fresh volume
+// takes the image's /workspace, owner (the sandbox user) and mode included.
+// Any other workspace is an anonymous volume, removed with the container: it must be a
+// volume (archive PUT skips tmpfs mounts and refuses a read-only root). It is itself a
+// tmpfs made by the `local` driver: the one quota on size and file count that
+// holds on every storage driver (a plain volume has none, and --storage-opt
+// size needs overlay2 on XFS with project quotas).
+void workspace_mount(json::Writer& w, const SandboxSpec& spec) {
+    w.begin_object().field("Type", "volume").field("Target", workspace_dir);
+    if (!spec.workspace_volume.empty()) {
+        w.field("Source", spec.workspace_volume);
+        w.key("VolumeOptions").begin_object().field("NoCopy", false).end_object();
+    } else if (spec.disk_mb > 0) {
+        w.key("VolumeOptions").begin_object().key("DriverConfig").begin_object().field("Name", "local");
+        w.key("Options").begin_object().field("type", "tmpfs").field("device", "tmpfs");
+        // Mode 0711: workspaces sharing a container (each its own uid) may pass through
+        // /workspace to their own directory but not list the others'.
+        w.field("o", fmt::format("size={}m,nr_inodes={},uid={},gid={},mode=0711,nosuid,nodev", spec.disk_mb, spec.files_limit,
+                                 sandbox_uid, sandbox_gid));
+        w.end_object().end_object().end_object();
+    }
+    w.end_object();
+}
+
 void our_labels(json::Writer& w, const std::string& instance) {
     w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record());
 }
@@ -59,8 +84,10 @@ void our_labels(json::Writer& w, const std::string& instance) {
 
 MemoryLimits memory_limits(const SandboxSpec& spec, const docker::Engine& engine) {
     auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
+    // A workspace on disk is not memory: only a tmpfs one is charged to the container.
+    int workspace_mb = spec.workspace_volume.empty() ? spec.disk_mb : 0;
     return {.programs_mb = spec.memory_mb,
-            .ceiling_mb = spec.memory_mb + spec.disk_mb + spec.tmp_size_mb + own_processes_mb + overhead.memory_mb};
+            .ceiling_mb = spec.memory_mb + workspace_mb + spec.tmp_size_mb + own_processes_mb + overhead.memory_mb};
 }
 
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
@@ -68,6 +95,11 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
+    // On disk only the agent holds the workspace's quota: without it the host's disk would be the limit.
+    if (!agent && !spec.workspace_volume.empty()) {
+        throw ToolError(fmt::format("a workspace on disk needs the sandbox agent to hold its quota, and it cannot run in the image {}",
+                                    spec.image));
+    }
     // The agent is the main process, under Docker's init (Init: true) so that
     // orphaned grandchildren are reaped.
     w.key("Entrypoint").begin_array();
@@ -76,6 +108,9 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
         // sandbox, so the agent may kill what a program detached (never on a host).
         w.value(agent_path).value(agent_sandbox_flag);
         w.value(agent_memory_flag).value(std::to_string(static_cast<std::int64_t>(spec.memory_mb) * mib));
+        if (!spec.workspace_volume.empty()) {
+            w.value(agent_disk_flag).value(fmt::format("{}:{}", static_cast<std::int64_t>(spec.disk_mb) * mib, spec.files_limit));
+        }
     } else {
         w.value("/bin/sh").value("-c").value("while read -r _; do :; done");
     }
@@ -138,26 +173,8 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     w.field("/tmp", fmt::format("rw,noexec,nosuid,nodev,size={}m,mode=1777", spec.tmp_size_mb));
     engine_tmpfs(w, engine);
     w.end_object();
-    // The workspace is an anonymous volume, removed with the container: it must be a
-    // volume (archive PUT skips tmpfs mounts and refuses a read-only root). It is itself a
-    // tmpfs made by the `local` driver: the one quota on size and file count that
-    // holds on every storage driver (a plain volume has none, and --storage-opt
-    // size needs overlay2 on XFS with project quotas).
     w.key("Mounts").begin_array();
-    w.begin_object().field("Type", "volume").field("Target", workspace_dir);
-    if (!spec.workspace_volume.empty()) {
-        // A fresh volume takes the image's /workspace (owned by the sandbox user) on first mount.
-        w.field("Source", spec.workspace_volume);
-    } else if (spec.disk_mb > 0) {
-        w.key("VolumeOptions").begin_object().key("DriverConfig").begin_object().field("Name", "local");
-        w.key("Options").begin_object().field("type", "tmpfs").field("device", "tmpfs");
-        // Mode 0711: workspaces sharing a container (each its own uid) may pass through
-        // /workspace to their own directory but not list the others'.
-        w.field("o", fmt::format("size={}m,nr_inodes={},uid={},gid={},mode=0711,nosuid,nodev", spec.disk_mb, spec.files_limit,
-                                 sandbox_uid, sandbox_gid));
-        w.end_object().end_object().end_object();
-    }
-    w.end_object();
+    workspace_mount(w, spec);
     if (agent) agent_mount(w, agent_volume);
     if (agent && !agent_channel.empty()) {
         w.begin_object().field("Type", "bind").field("Source", agent_channel).field("Target", CUBICLE_AGENT_CHANNEL);

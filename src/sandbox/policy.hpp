@@ -18,6 +18,8 @@ inline constexpr const char* agent_path = "/opt/cubicle/agent";
 inline constexpr const char* agent_sandbox_flag = "--sandbox";
 // Followed by a number of bytes: what the sandbox's programs may hold (agent/memory.h).
 inline constexpr const char* agent_memory_flag = "--memory-limit";
+// Followed by BYTES:FILES: the quota the agent holds a workspace on disk to (agent/diskquota.h).
+inline constexpr const char* agent_disk_flag = "--disk-limit";
 inline constexpr unsigned sandbox_uid = 1000;
 inline constexpr unsigned sandbox_gid = 1000;
 
@@ -40,7 +42,7 @@ struct SandboxSpec {
     double cpus = 0;
     int pids_limit = 0;
     int tmp_size_mb = 0;
-    int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory
+    int disk_mb = 0;       // /workspace: a tmpfs of this size, charged to memory (but see workspace_volume)
     int files_limit = 0;   // and this many inodes
     std::vector<std::pair<std::string, std::string>> env;
     // The OCI runtime (runsc for gVisor); empty: the engine's default.
@@ -54,7 +56,7 @@ struct SandboxSpec {
 
 // Memory in MiB: what the sandbox's programs may hold (memory_mb, enforced by the agent:
 // agent/memory.h), and the container's hard limit that protects the host, which
-// also holds its files (the workspace and /tmp are tmpfs, charged to its cgroup),
+// also holds its files (/tmp and, unless it is on disk, the workspace are tmpfs, charged to its cgroup),
 // its own processes (agent, zygote) and the runtime's overhead.
 // The sandbox's own processes under the hard limit: the agent, the zygote with
 // Python's data stack imported (~75 MiB), page tables and kernel memory, and what a

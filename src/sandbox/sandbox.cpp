@@ -415,6 +415,12 @@ std::string Sandbox::memory_limit_note() const {
                        spec_.memory_mb);
 }
 
+std::string Sandbox::disk_limit_note() const {
+    return fmt::format("\n[cubicle] stopped at the workspace's disk quota of {} MiB and {} files; delete files to get back "
+                       "under, or a sandbox with more comes from initialize_sandbox {{\"disk_mb\": N}} (up to the server's ceiling)\n",
+                       spec_.disk_mb, spec_.files_limit);
+}
+
 void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error) {
     auto it = interpreters_.find(language);
     if (it == interpreters_.end() || it->second->exec_id != exec_id) return;
@@ -427,7 +433,9 @@ void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_
         cell->result.status.exit_code = status->exit_code;
         cell->result.status.signal = status->signal;
         cell->result.status.memory_limit = status->memory_limit;
+        cell->result.status.disk_limit = status->disk_limit;
         if (status->memory_limit) deliver_output(*cell, false, memory_limit_note());
+        if (status->disk_limit) deliver_output(*cell, false, disk_limit_note());
     }
     cell->error = std::move(error);
     cell->result.state_lost = true;
@@ -494,6 +502,7 @@ void Sandbox::dispatch(agent::Frame frame) {
         }
         if (status) {
             if (status->memory_limit) deliver_output(pending, false, memory_limit_note());
+            if (status->disk_limit) deliver_output(pending, false, disk_limit_note());
             bool truncated = pending.result.status.truncated || status->truncated;
             pending.result.status = *status;
             pending.result.status.truncated = truncated;

@@ -201,12 +201,14 @@ private:
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
-    // The stderr line of a run whose process was killed at the programs' memory limit.
+    // The stderr line of a run whose process was killed at the programs' memory limit,
+    // or at the workspace's disk quota.
     std::string memory_limit_note() const;
     // Sends a request to a live interpreter between cells (`send` gets its exec id
     // and an id for the agent's refusal) and waits for its control line.
     asio::awaitable<std::shared_ptr<Pending>> interpreter_exchange(std::string language,
                                                                    std::function<void(std::uint32_t, std::uint32_t)> send);
+    std::string disk_limit_note() const;
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;

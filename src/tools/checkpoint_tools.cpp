@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "common/utc_text.hpp"
 #include "sandbox/sandbox.hpp"
 #include "tools/args.hpp"
 #include "tools/support.hpp"
@@ -16,15 +17,6 @@ namespace {
 
 namespace asio = boost::asio;
 using mcp::ToolResult;
-
-std::string utc_time(std::chrono::system_clock::time_point at) {
-    std::time_t seconds = std::chrono::system_clock::to_time_t(at);
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
-}
 
 double memory_mb(const sandbox::Checkpoint& c) { return std::round(static_cast<double>(c.memory_kb) / 102.4) / 10.0; }
 
@@ -156,7 +148,7 @@ asio::awaitable<ToolResult> restore_checkpoint(Env env, simdjson::dom::element a
 void write_checkpoints(json::Writer& w, sandbox::Sandbox& box) {
     w.key("checkpoints").begin_array();
     for (const auto& c : box.checkpoints()) {
-        w.begin_object().field("checkpoint_id", c.id).field("language", c.language).field("created", utc_time(c.created));
+        w.begin_object().field("checkpoint_id", c.id).field("language", c.language).field("created", utc_text(c.created));
         w.field("memory_mb", memory_mb(c)).field("files", c.files).end_object();
     }
     w.end_array();

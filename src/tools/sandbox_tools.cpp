@@ -16,6 +16,7 @@
 #include "common/errors.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "common/utc_text.hpp"
 #include "docker/client.hpp"
 #include "projects/baseline.hpp"
 #include "sandbox/agent_protocol.hpp"
@@ -162,7 +163,7 @@ asio::awaitable<ToolResult> start_background(Env env, std::shared_ptr<Sandbox> b
 // ttl_s and expires_at, for a sandbox that has a ttl_s.
 void write_lifetime(json::Writer& w, const std::optional<sandbox::Lifetimes::View>& life) {
     if (!life || !life->expires_at) return;
-    w.field("ttl_s", life->ttl_s).field("expires_at", sandbox::rfc3339(*life->expires_at));
+    w.field("ttl_s", life->ttl_s).field("expires_at", utc_text(*life->expires_at));
 }
 
 // What a client asked for, or the operator's default; never over the operator's ceiling.
@@ -473,20 +474,11 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
 
 // ---- get_sandbox_status -------------------------------------------------------
 
-std::string rfc3339(std::int64_t unix_s) {
-    auto time = static_cast<std::time_t>(unix_s);
-    std::tm utc{};
-    gmtime_r(&time, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
-}
-
 void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
     const auto& saved = listed.saved;
     w.begin_object().field("sandbox_id", saved.sandbox_id).field("name", saved.name);
     w.field("state", listed.elsewhere ? "elsewhere" : "saved").field("image", saved.spec.image);
-    w.field("last_used", rfc3339(saved.last_used));
+    w.field("last_used", utc_text(std::chrono::system_clock::from_time_t(static_cast<std::time_t>(saved.last_used))));
     w.field("size_mb", std::round(static_cast<double>(saved.size_bytes) / (1 << 20) * 10) / 10);
     // A record still marked in use that nobody holds: its server ended without saving it.
     w.field("ended", saved.ended.empty() && !listed.elsewhere ? std::string("server lost") : saved.ended);
@@ -540,7 +532,7 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
     const auto& ended = env.manager.lifetimes().ended_of(context->principal());
     for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
         w.begin_object().field("sandbox_id", it->sandbox_id).field("reason", sandbox::name_of(it->reason));
-        w.field("ended_at", sandbox::rfc3339(it->ended_at)).end_object();
+        w.field("ended_at", utc_text(it->ended_at)).end_object();
     }
     w.end_array().end_object();
     co_return structured(w.take());

@@ -210,6 +210,49 @@ TEST_F(PolicyTest, WorkspaceQuotaIsACappedTmpfsChargedToMemory) {
     EXPECT_TRUE(found);
 }
 
+TEST_F(PolicyTest, WorkspaceOnDiskIsTheNamedVolumeWithTheAgentsQuota) {
+    auto s = spec();
+    s.memory_mb = 512;
+    s.disk_mb = 1024;
+    s.files_limit = 100000;
+    s.workspace_volume = "cubicle-ws-sb-5678";
+    auto root = config_for(s);
+    auto host = root["HostConfig"];
+    // On disk the workspace is not memory: the ceiling leaves disk_mb out.
+    EXPECT_EQ(i64(host["Memory"]), (512 + s.tmp_size_mb + own_processes_mb) * mib);
+    EXPECT_EQ(memory_limits(s).ceiling_mb, 512 + s.tmp_size_mb + own_processes_mb);
+    // The agent holds the quota instead: BYTES:FILES after its memory limit.
+    EXPECT_EQ(string_array(root["Entrypoint"].value()),
+              (std::vector<std::string>{agent_path, agent_sandbox_flag, agent_memory_flag, std::to_string(512LL << 20), agent_disk_flag,
+                                        fmt::format("{}:{}", 1024LL << 20, 100000)}));
+    simdjson::dom::array mounts;
+    ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
+    int found = 0;
+    for (auto m : mounts) {
+        if (str(m["Target"]) != workspace_dir) continue;
+        ++found;
+        EXPECT_EQ(str(m["Type"]), "volume");
+        EXPECT_EQ(str(m["Source"]), "cubicle-ws-sb-5678");
+        // NoCopy false: a fresh volume takes the image's /workspace and its owner.
+        bool no_copy = true;
+        EXPECT_EQ(m["VolumeOptions"]["NoCopy"].get(no_copy), simdjson::SUCCESS);
+        EXPECT_FALSE(no_copy);
+        simdjson::dom::element driver;
+        EXPECT_NE(m["VolumeOptions"]["DriverConfig"].get(driver), simdjson::SUCCESS) << "no tmpfs on a volume on disk";
+    }
+    EXPECT_EQ(found, 1);
+
+    // Without the agent (the exec fallback) nothing would hold the quota on disk.
+    s.workspace_volume = "cubicle-ws-sb-5678";
+    EXPECT_THROW(container_config(s, "inst-1234", "sb-5678", false), ToolError);
+
+    // Without a volume: the tmpfs, and no --disk-limit (the kernel holds that quota).
+    s.workspace_volume.clear();
+    auto tmpfs_root = config_for(s);
+    auto entrypoint = string_array(tmpfs_root["Entrypoint"].value());
+    EXPECT_EQ(std::find(entrypoint.begin(), entrypoint.end(), agent_disk_flag), entrypoint.end());
+}
+
 TEST_F(PolicyTest, LargeMemoryDoesNotOverflow) {
     auto s = spec();
     s.memory_mb = 1 << 20;  // the largest --memory-mb: 1 TiB
