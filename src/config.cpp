@@ -234,6 +234,15 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.pool_refill = parse_number("--pool-refill", v, 1, 64); }},
         {"--pool-idle-s", "CUBICLE_POOL_IDLE_S", "N", "empty the pool after this long unused",
          [](Config& c, std::string_view v) { c.pool_idle_s = parse_number("--pool-idle-s", v, 1, 86400 * 7); }},
+        {"--idle-pause-s", "CUBICLE_IDLE_PAUSE_S", "N",
+         "pause a sandbox of initialize_sandbox with nothing running after this long without a call (the Engine's "
+         "cgroup freezer; its next call resumes it); 0: never (default 60)",
+         [](Config& c, std::string_view v) { c.idle_pause_s = parse_number("--idle-pause-s", v, 0, 86400 * 7); }},
+        {"--max-ttl-s", "CUBICLE_MAX_TTL_S", "N", "the longest ttl_s a client may give initialize_sandbox (default 86400)",
+         [](Config& c, std::string_view v) { c.max_ttl_s = parse_number("--max-ttl-s", v, 1, 86400 * 365); }},
+        {"--default-ttl-s", "CUBICLE_DEFAULT_TTL_S", "N",
+         "the ttl_s of a sandbox that asks for none: it is stopped after this long without a call; 0: never (default)",
+         [](Config& c, std::string_view v) { c.default_ttl_s = parse_number("--default-ttl-s", v, 0, 86400 * 365); }},
         {"--tools", "CUBICLE_TOOLS", "GROUP[,GROUP...]",
          fmt::format("the tool groups to list: {} (default: run, files and runs; host too with --allow-host-dir, packages with "
                      "--allow-network)",
@@ -379,6 +388,7 @@ ParsedArgs parse_args(int argc, char** argv) {
     c.max_tmp_size_mb = std::max(c.max_tmp_size_mb, c.tmp_size_mb);
     c.max_disk_mb = std::max(c.max_disk_mb, c.disk_mb);
     c.max_files_limit = std::max(c.max_files_limit, c.files_limit);
+    c.max_ttl_s = std::max(c.max_ttl_s, c.default_ttl_s);
     return parsed;
 }
 

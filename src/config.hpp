@@ -64,6 +64,9 @@ struct Config {
     bool no_recycle = false;    // remove throwaway sandboxes instead of resetting them for reuse
     int pool_refill = 1;        // how many of them start at once
     int pool_idle_s = 300;      // the pool empties after this long without use
+    int idle_pause_s = 60;      // a client's sandbox idle this long is paused (0: never)
+    int max_ttl_s = 86400;      // the longest ttl_s initialize_sandbox may ask for
+    int default_ttl_s = 0;      // the ttl_s of a sandbox that asks for none (0: it never expires)
     std::string log_level = "info";
     std::vector<std::string> tool_groups;  // --tools: the tool groups listed (or "all"); empty: the default set
 

@@ -76,6 +76,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             co_await manager.remove_orphans();
             if (image_present) manager.start_pool();
             asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
+            asio::co_spawn(co_await asio::this_coro::executor, manager.watch_lifetimes(), asio::detached);
             if (retried) log::info("the Docker daemon answers now: start-up complete");
             co_return;
         } catch (const std::exception& e) {

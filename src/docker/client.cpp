@@ -385,6 +385,14 @@ asio::awaitable<void> Client::kill_container(std::string id, std::string signal)
     }
 }
 
+asio::awaitable<void> Client::pause_container(std::string id) {
+    check(co_await request("POST", "/containers/" + id + "/pause"), "pausing the container failed");
+}
+
+asio::awaitable<void> Client::unpause_container(std::string id) {
+    check(co_await request("POST", "/containers/" + id + "/unpause"), "resuming the paused container failed");
+}
+
 asio::awaitable<void> Client::remove_container(std::string id) {
     auto res = co_await request("DELETE", "/containers/" + id + "?force=1&v=1");
     // Podman (seen under gVisor) answers 500 "container state improper" when the container

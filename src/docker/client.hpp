@@ -108,6 +108,9 @@ public:
     asio::awaitable<std::string> create_container(std::string config_json, std::string name = {});
     asio::awaitable<void> start_container(std::string id);
     asio::awaitable<void> kill_container(std::string id, std::string signal = "KILL");
+    // Freezes every process of the container (the cgroup freezer) and thaws them again.
+    asio::awaitable<void> pause_container(std::string id);
+    asio::awaitable<void> unpause_container(std::string id);
     // Kills if needed and removes the container with its anonymous volumes.
     asio::awaitable<void> remove_container(std::string id);
     asio::awaitable<std::vector<ContainerSummary>> list_containers(std::string label_filter);

@@ -53,7 +53,9 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
       egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config),
-      snapshots_(keeper_, config) {
+      snapshots_(keeper_, config),
+      lifetimes_(executor, docker, std::chrono::seconds(config.idle_pause_s),
+                 [this](std::string id, EndReason reason) { return end(std::move(id), reason); }) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
         channels_ = AgentChannels::open();
 }
@@ -389,6 +391,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& id) const {
 
 std::shared_ptr<Sandbox> Manager::get(const std::string& id, const std::string& owner) const {
     if (auto sandbox = find(id); sandbox && sandbox->owner() == owner) return sandbox;
+    if (const auto* ended = lifetimes_.ended_sandbox(owner, id)) throw ToolError(ended_message(*ended));
     std::string known;
     for (const auto& sandbox : list(owner)) {
         if (sandbox->throwaway()) continue;
@@ -407,7 +410,16 @@ std::vector<std::shared_ptr<Sandbox>> Manager::list(const std::string& owner) co
     return out;
 }
 
+asio::awaitable<void> Manager::end(std::string id, EndReason reason, bool erase) {
+    co_await lifetimes_.thaw(id);
+    // A persistent one is saved with its reason (get_sandbox_status lists it as saved), not ended.
+    if (!keeper_.held(id)) lifetimes_.ended(id, reason);
+    std::string why(name_of(reason));
+    co_await destroy(std::move(id), std::move(why), erase);
+}
+
 asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool erase) {
+    lifetimes_.forget(id);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) co_return;
     auto sandbox = it->second;
@@ -594,7 +606,9 @@ void Manager::release(std::string id) {
 asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
     removal_turns_.open();
-    // Persistent sandboxes are saved first, while their agents still answer.
+    lifetimes_.close();
+    // Their agents answer again: persistent sandboxes are saved first, while their agents still answer.
+    co_await lifetimes_.thaw_all();
     std::vector<asio::awaitable<void>> saves;
     for (const auto& [id, sandbox] : sandboxes_) {
         if (keeper_.held(id)) saves.push_back(save(sandbox, "server exit"));
@@ -602,6 +616,7 @@ asio::awaitable<void> Manager::destroy_all() {
     co_await all_at_once(executor_, std::move(saves));
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
+        if (!keeper_.held(id)) lifetimes_.ended(id, EndReason::server_exit);
         sandbox->shutdown("the server is stopping");
         containers.insert(sandbox->container_id());
     }
@@ -689,6 +704,8 @@ asio::awaitable<void> Manager::remove_orphans() {
         }
     }
 }
+
+asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); }
 
 asio::awaitable<void> Manager::sweep_orphans() {
     // Saved sandboxes past their time go once per server start (and at each save).

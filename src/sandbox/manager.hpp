@@ -16,6 +16,7 @@
 #include "sandbox/agent_volume.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/keeper.hpp"
+#include "sandbox/lifetimes.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
@@ -72,6 +73,13 @@ public:
     // `erase`, which removes it with its files.
     asio::awaitable<void> destroy(std::string id, std::string reason, bool erase);
     asio::awaitable<void> destroy(std::string id) { return destroy(std::move(id), "stopped", false); }
+    // Where a client's sandbox ends (stop_sandbox, its ttl_s, the server's exit): why is kept
+    // for its owner (lifetimes.hpp), a paused one is thawed, then it is destroyed (a
+    // persistent one saved with that reason, unless `erase`).
+    asio::awaitable<void> end(std::string id, EndReason reason, bool erase = false);
+    // Idle pause, ttl_s and the record of ended sandboxes.
+    Lifetimes& lifetimes() { return lifetimes_; }
+    const Lifetimes& lifetimes() const { return lifetimes_; }
     // Like destroy, but in the background: the sandbox is unusable at once, the
     // caller does not wait. A throwaway sandbox of a pooled profile is reset
     // and pooled again for the same principal (Pool::recycle); others are removed.
@@ -86,6 +94,8 @@ public:
     asio::awaitable<void> remove_orphans();
     // Runs remove_orphans periodically: other servers may die while this one runs.
     asio::awaitable<void> sweep_orphans();
+    // Pauses idle sandboxes and ends expired ones until destroy_all (lifetimes.hpp).
+    asio::awaitable<void> watch_lifetimes();
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
@@ -181,6 +191,7 @@ private:
     Egress egress_;
     Keeper keeper_;
     Snapshots snapshots_;
+    Lifetimes lifetimes_;
 };
 
 } // namespace cubicle::sandbox

@@ -87,6 +87,19 @@ void Sandbox::send_frame(std::string frame) {
 
 std::size_t Sandbox::running() const { return pending_.size(); }
 
+bool Sandbox::busy() const {
+    for (const auto& [exec_id, pending] : pending_) {
+        if (pending->interpreter.empty()) return true;
+    }
+    for (const auto& [language, interpreter] : interpreters_) {
+        if (interpreter->busy || !interpreter->waiting.empty()) return true;
+    }
+    for (const auto& [stream_id, weak] : streams_) {
+        if (auto stream = weak.lock(); stream && !stream->finished()) return true;
+    }
+    return previews_ && !previews_->exposed().empty();
+}
+
 asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream, std::unique_ptr<AgentChannel> channel,
                                        std::chrono::milliseconds timeout) {
     stream_ = std::move(stream);

@@ -93,6 +93,10 @@ public:
     bool alive() const { return alive_; }
     std::chrono::steady_clock::time_point created() const { return created_; }
     std::size_t running() const;
+    // Whether anything is under way in it: a program or cell, a background run, a
+    // relayed stream or an exposed port (an idle interpreter is not). Such a sandbox
+    // is never paused.
+    bool busy() const;
 
     // Takes over the attach stream and waits for the agent's hello; when the agent
     // connected to `channel` (may be null), its frames go over that from then on.

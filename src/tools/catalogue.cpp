@@ -40,6 +40,8 @@ std::map<std::string, std::string, std::less<>> placeholder_values(const Config&
         {"max_output_bytes", fmt::format("{}", config.max_output_bytes)},
         {"language_list", sandbox::language_list()},
         {"stateful_languages", stateful_languages()},
+        {"default_ttl", config.default_ttl_s > 0 ? fmt::format("{} s", config.default_ttl_s) : std::string("none (kept until stop_sandbox)")},
+        {"max_ttl_s", fmt::format("{}", config.max_ttl_s)},
     };
 }
 

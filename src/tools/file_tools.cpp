@@ -504,6 +504,7 @@ asio::awaitable<ToolResult> upload_file(Env env, simdjson::dom::element argument
         std::string script(no_link_on_the_way);
         std::vector<std::string> script_args{path};
         co_await sandbox_sh(box, std::move(script), std::move(script_args), std::string(), 64 * 1024);
+        co_await env.manager.lifetimes().thaw(box->id());  // the Engine refuses a paused container
         co_await env.docker.put_archive(box->container_id(), box->workspace(), std::move(packed.tar));
     }
     json::Writer w;

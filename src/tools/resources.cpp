@@ -39,7 +39,9 @@ asio::awaitable<mcp::ResourceContent> read(Env env, std::string principal, std::
     std::string_view rest = std::string_view(uri).substr(scheme.size());
     auto slash = rest.find('/');
     if (slash == std::string_view::npos) throw mcp::ResourceNotFound(fmt::format("Resource not found: {}", uri));
-    auto box = owned_sandbox(env, principal, std::string(rest.substr(0, slash)), uri);
+    std::string sandbox_id(rest.substr(0, slash));
+    auto use = co_await env.manager.lifetimes().use(sandbox_id, principal);  // resumes a paused one
+    auto box = owned_sandbox(env, principal, sandbox_id, uri);
     std::string path;
     try {
         path = files::workspace_path(rest.substr(slash + 1));

@@ -31,6 +31,9 @@ std::shared_ptr<Run> find_run(const Env& env, const std::string& principal, cons
     if (!run) throw unknown();
     if (!env.manager.find(run->sandbox_id())) {
         env.runs->forget_sandbox(run->sandbox_id());
+        if (const auto* ended = env.manager.lifetimes().ended_sandbox(principal, run->sandbox_id())) {
+            throw ToolError(fmt::format("run {}: {}", id, sandbox::ended_message(*ended)));
+        }
         throw ToolError(fmt::format("run {} belonged to sandbox {}, which has been stopped", id, run->sandbox_id()));
     }
     // Another principal's run looks exactly like one that never existed.

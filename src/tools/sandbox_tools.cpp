@@ -176,6 +176,12 @@ void throw_if_named(Env env, const std::string& name, const std::string& owner) 
     }
 }
 
+// ttl_s and expires_at, for a sandbox that has a ttl_s.
+void write_lifetime(json::Writer& w, const std::optional<sandbox::Lifetimes::View>& life) {
+    if (!life || !life->expires_at) return;
+    w.field("ttl_s", life->ttl_s).field("expires_at", utc_text(*life->expires_at));
+}
+
 // What a client asked for, or the operator's default; never over the operator's ceiling.
 template <typename Asked, typename T>
 T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_view name, std::string_view unit, std::string_view flag) {
@@ -188,7 +194,7 @@ T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_
 }
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "from_snapshot"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "from_snapshot", "ttl_s"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
     auto name = args.string("name");
     bool persistent = args.boolean("persistent").value_or(false);
@@ -231,6 +237,8 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), base.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
     if (snapshot) check_within_ceilings(spec, c);
     spec.env = base.env;
+    auto ttl_s = within_ceiling(args.integer("ttl_s", 1, INT64_MAX), static_cast<std::int64_t>(c.default_ttl_s),
+                                static_cast<std::int64_t>(c.max_ttl_s), "ttl_s", "seconds", "--max-ttl-s");
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
     for (auto& [name, value] : args.named_strings("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
@@ -273,11 +281,13 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
             std::rethrow_exception(failure);
         }
     }
+    env.manager.lifetimes().adopt(box, std::chrono::seconds(ttl_s));
     const auto& s = box->spec();
     json::Writer w;
     w.begin_object().field("sandbox_id", box->id()).field("container_id", box->container_id());
     w.field("image", s.image).field("network", s.network).field("memory_mb", s.memory_mb).field("cpus", s.cpus);
     w.field("stateful", box->stateful()).field("gpu", s.gpu).field("workspace", box->workspace());
+    write_lifetime(w, env.manager.lifetimes().view(box->id()));
     if (persistent) {
         w.field("name", *name).field("persistent", true).field("resumed", kept.resumed).field("state_lost", kept.state_lost);
     }
@@ -522,7 +532,7 @@ void write_saved(json::Writer& w, const sandbox::Keeper::Listed& listed) {
     w.begin_object().field("sandbox_id", saved.sandbox_id).field("name", saved.name);
     w.field("state", listed.elsewhere ? "elsewhere" : "saved").field("image", saved.spec.image);
     w.field("last_used", utc_text(std::chrono::system_clock::from_time_t(static_cast<std::time_t>(saved.last_used))));
-    w.field("size_mb", std::round(static_cast<double>(saved.size_bytes) / (1 << 20) * 10) / 10);
+    w.field("size_mb", mib(saved.size_bytes));
     // A record still marked in use that nobody holds: its server ended without saving it.
     w.field("ended", saved.ended.empty() && !listed.elsewhere ? std::string("server lost") : saved.ended);
     w.end_object();
@@ -534,7 +544,8 @@ void write_status(json::Writer& w, Sandbox& box, const sandbox::Manager& manager
     auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() - box.created()).count();
     w.begin_object();
     w.field("sandbox_id", box.id()).field("container_id", box.container_id());
-    w.field("state", box.alive() ? "running" : "stopped");
+    auto life = manager.lifetimes().view(box.id());
+    w.field("state", !box.alive() ? "stopped" : life && life->paused ? "paused" : "running");
     const auto* kept = manager.persistent(box.id());
     w.field("kind", box.throwaway() ? "throwaway" : box.shared() ? "workspace" : kept ? "persistent" : "sandbox");
     if (kept) w.field("name", kept->name);
@@ -546,6 +557,7 @@ void write_status(json::Writer& w, Sandbox& box, const sandbox::Manager& manager
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
     w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
     w.field("gpu", s.gpu);
+    write_lifetime(w, life);
     write_checkpoints(w, box);
     w.end_object();
 }
@@ -566,6 +578,14 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
     w.end_array().key("saved").begin_array();
     for (const auto& one : saved) {
         if (!id || one.saved.sandbox_id == *id) write_saved(w, one);
+    }
+    w.end_array();
+    // Why the principal's recent sandboxes are gone, newest first (saved ones are in `saved`).
+    w.key("ended").begin_array();
+    const auto& ended = env.manager.lifetimes().ended_of(context->principal());
+    for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
+        w.begin_object().field("sandbox_id", it->sandbox_id).field("reason", sandbox::name_of(it->reason));
+        w.field("ended_at", utc_text(it->ended_at)).end_object();
     }
     w.end_array().end_object();
     co_return structured(w.take());
@@ -591,7 +611,7 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     }
     env.manager.get(id, context->principal());
     bool kept = env.manager.persistent(id) != nullptr;
-    co_await env.manager.destroy(id, "stopped", erase);
+    co_await env.manager.end(id, sandbox::EndReason::stopped, erase);
     // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
     auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
     env.projects->forget_unless(alive);
@@ -602,6 +622,14 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
 }
 
 } // namespace
+
+asio::awaitable<sandbox::Lifetimes::Use> use_named_sandbox(Env env, simdjson::dom::element arguments, Context context) {
+    std::string_view id;
+    if (arguments["sandbox_id"].get(id) != simdjson::SUCCESS) co_return sandbox::Lifetimes::Use();
+    std::string sandbox_id(id);  // named: GCC 12 and temporaries in a co_await
+    std::string principal = context->principal();
+    co_return co_await env.manager.lifetimes().use(std::move(sandbox_id), std::move(principal));
+}
 
 Services sandbox_services(sandbox::Manager& manager, docker::Client& docker, const Config& config) {
     Env env{manager, docker, config, std::make_shared<Runs>(), std::make_shared<projects::Baselines>()};
@@ -615,7 +643,7 @@ std::vector<mcp::Tool> sandbox_tools(sandbox::Manager& manager, docker::Client& 
 std::vector<mcp::Tool> tools_of(Env env) {
     Handlers handlers{
         {"initialize_sandbox", bind<initialize_sandbox>(env)}, {"execute_code", bind<execute_code>(env)},
-        {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status>(env)},
+        {"run_command", bind<run_command>(env)},               {"get_sandbox_status", bind<get_sandbox_status, false>(env)},
         {"stop_sandbox", bind<stop_sandbox>(env)},
     };
     for (auto* more : {&run_handlers, &checkpoint_handlers, &snapshot_handlers, &file_handlers, &search_handlers, &project_handlers,

@@ -9,6 +9,7 @@
 #include "common/all_at_once.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "common/utc_text.hpp"
 #include "tools/args.hpp"
 #include "tools/support.hpp"
 
@@ -21,21 +22,10 @@ using sandbox::Sandbox;
 
 constexpr std::int64_t most_forks = 8;
 
-std::string utc(std::int64_t unix_s) {
-    auto time = static_cast<std::time_t>(unix_s);
-    std::tm tm{};
-    gmtime_r(&time, &tm);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return text;
-}
-
-double size_mb(std::uint64_t bytes) { return std::round(static_cast<double>(bytes) / (1 << 20) * 10) / 10; }
-
 void write_snapshot(json::Writer& w, const store::Snapshot& snapshot) {
     w.begin_object().field("snapshot_id", snapshot.snapshot_id).field("name", snapshot.name);
     w.field("source_sandbox_id", snapshot.source_sandbox_id).field("image", snapshot.spec.image);
-    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created_ms / 1000)).end_object();
+    w.field("size_mb", mib(snapshot.size_bytes)).field("created", utc_text(std::chrono::system_clock::time_point(std::chrono::milliseconds(snapshot.created_ms)))).end_object();
 }
 
 asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arguments, Context context) {
@@ -44,7 +34,7 @@ asio::awaitable<ToolResult> snapshot_sandbox(Env env, simdjson::dom::element arg
     auto snapshot = co_await env.manager.snapshots().take(box, context->principal(), args.string("name").value_or(""));
     json::Writer w;
     w.begin_object().field("snapshot_id", snapshot.snapshot_id).field("name", snapshot.name);
-    w.field("size_mb", size_mb(snapshot.size_bytes)).field("created", utc(snapshot.created_ms / 1000)).end_object();
+    w.field("size_mb", mib(snapshot.size_bytes)).field("created", utc_text(std::chrono::system_clock::time_point(std::chrono::milliseconds(snapshot.created_ms)))).end_object();
     co_return structured(w.take());
 }
 

@@ -2,6 +2,7 @@
 // adapter from a coroutine to an mcp::ToolHandler.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +41,11 @@ struct Env {
 
 using Context = std::shared_ptr<mcp::RequestContext>;
 
+// Bytes as MiB with one decimal, as results show sizes.
+inline double mib(std::uint64_t bytes) {
+    return std::round(static_cast<double>(bytes) / (1 << 20) * 10) / 10;
+}
+
 // What one host transfer may move: --max-transfer-mb and --max-transfer-entries.
 inline files::Limits transfer_limits(const Config& config) {
     return {static_cast<std::uint64_t>(config.max_transfer_mb) << 20, static_cast<std::uint64_t>(config.max_transfer_entries)};
@@ -71,10 +77,17 @@ inline constexpr std::string_view no_link_on_the_way = R"SH(
 
 inline mcp::ToolResult structured(std::string json_text) { return mcp::ToolResult{.structured = std::move(json_text)}; }
 
+// A call that names a sandbox (`sandbox_id`) is a use of it: a paused one is resumed
+// first, its idle time and ttl_s start again when the call ends (sandbox/lifetimes.hpp).
+boost::asio::awaitable<sandbox::Lifetimes::Use> use_named_sandbox(Env env, simdjson::dom::element arguments, Context context);
+
 // Docker failures (daemon down, image refused) are results the model can act on.
-template <auto Handler>
+// `wakes`: false for a tool that only reads the manager's state (get_sandbox_status).
+template <auto Handler, bool wakes = true>
 boost::asio::awaitable<mcp::ToolResult> guarded(Env env, simdjson::dom::element arguments, Context context) {
     try {
+        sandbox::Lifetimes::Use use;
+        if constexpr (wakes) use = co_await use_named_sandbox(env, arguments, context);
         auto result = co_await Handler(env, arguments, std::move(context));
         finish_result(result);
         co_return result;
@@ -83,11 +96,11 @@ boost::asio::awaitable<mcp::ToolResult> guarded(Env env, simdjson::dom::element 
     }
 }
 
-template <auto Handler>
+template <auto Handler, bool wakes = true>
 mcp::ToolHandler bind(Env env) {
     // Not a coroutine itself: it only forwards to one, so nothing it captures dangles.
     return [env](simdjson::dom::element arguments, Context context) {
-        return guarded<Handler>(env, arguments, std::move(context));
+        return guarded<Handler, wakes>(env, arguments, std::move(context));
     };
 }
 

@@ -78,6 +78,14 @@ def test_principals_are_isolated(srv):
     assert "alice's" in str(read["structuredContent"])
     assert not srv.call(a, "restore_checkpoint", {"sandbox_id": box, "checkpoint_id": checkpoint}, principal="alice")["isError"]
     assert not srv.call(a, "stop_sandbox", {"sandbox_id": box}, principal="alice")["isError"]
+    # Why it ended is alice's to know: bob still gets the answer for an id that never existed.
+    ended = srv.call(a, "get_sandbox_status", {}, principal="alice")["structuredContent"]["ended"]
+    assert [(e["sandbox_id"], e["reason"]) for e in ended] == [(box, "stopped")], ended
+    assert "was stopped" in srv.call(a, "list_files", {"sandbox_id": box}, principal="alice")["content"][0]["text"]
+    theirs = srv.call(b, "list_files", {"sandbox_id": box}, principal="bob")
+    unknown = srv.call(b, "list_files", {"sandbox_id": never}, principal="bob")
+    assert theirs["content"][0]["text"].replace(box, never) == unknown["content"][0]["text"]
+    assert box not in str(srv.call(b, "get_sandbox_status", {}, principal="bob")["structuredContent"])
 
 
 def test_tokens_are_reread_on_sighup(sandbox_image):

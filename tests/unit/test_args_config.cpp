@@ -153,6 +153,7 @@ const char* const env_vars[] = {
     "CUBICLE_MAX_MEMORY_MB", "CUBICLE_MAX_CPUS",     "CUBICLE_MAX_PIDS_LIMIT",   "CUBICLE_MAX_TMP_SIZE_MB",
     "CUBICLE_DISK_MB",       "CUBICLE_FILES_LIMIT",  "CUBICLE_MAX_DISK_MB",      "CUBICLE_MAX_FILES_LIMIT",
     "CUBICLE_DOCKER_TIMEOUT_S", "CUBICLE_TOOLS",
+    "CUBICLE_IDLE_PAUSE_S",  "CUBICLE_MAX_TTL_S",    "CUBICLE_DEFAULT_TTL_S",
 };
 
 class ParseArgsTest : public ::testing::Test {
@@ -418,11 +419,28 @@ TEST_F(ParseArgsTest, DockerTimeout) {
     EXPECT_THROW(parse({"--docker-timeout-s", "soon"}), std::invalid_argument);
 }
 
+TEST_F(ParseArgsTest, LifetimeOptions) {
+    auto defaults = parse({}).config;
+    EXPECT_EQ(defaults.idle_pause_s, 60);
+    EXPECT_EQ(defaults.max_ttl_s, 86400);
+    EXPECT_EQ(defaults.default_ttl_s, 0);  // no ttl_s unless asked for
+    EXPECT_EQ(parse({"--idle-pause-s", "0"}).config.idle_pause_s, 0);  // never paused
+    ::setenv("CUBICLE_IDLE_PAUSE_S", "5", 1);
+    EXPECT_EQ(parse({}).config.idle_pause_s, 5);
+    EXPECT_NE(error_of({"--idle-pause-s", "-1"}).find("--idle-pause-s"), std::string::npos);
+    EXPECT_NE(error_of({"--max-ttl-s", "0"}).find("--max-ttl-s"), std::string::npos);
+    auto c = parse({"--max-ttl-s", "600", "--default-ttl-s", "60"}).config;
+    EXPECT_EQ(c.max_ttl_s, 600);
+    EXPECT_EQ(c.default_ttl_s, 60);
+    // The operator's default is never over their own ceiling: the ceiling moves up to it.
+    EXPECT_EQ(parse({"--max-ttl-s", "60", "--default-ttl-s", "600"}).config.max_ttl_s, 600);
+}
+
 TEST(Usage, MentionsEveryFlagAndVariable) {
     std::string text = usage();
     for (const char* flag : {"--default-image", "--docker-host", "--docker-timeout-s", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
                              "--max-sandboxes", "--pids-limit", "--tmp-size-mb", "--max-output-bytes", "--allow-network",
-                             "--pool-size", "--pool-refill", "--pool-idle-s",
+                             "--pool-size", "--pool-refill", "--pool-idle-s", "--idle-pause-s", "--max-ttl-s", "--default-ttl-s",
                              "--log-level", "--help", "--version", "-h", "-V"}) {
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
     }
