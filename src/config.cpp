@@ -193,6 +193,10 @@ const std::vector<Option>& options() {
          "most internal networks for networked sandboxes, one per principal that has any; each takes a subnet "
          "of the Docker daemon's address pools",
          [](Config& c, std::string_view v) { c.max_egress_networks = parse_number("--max-egress-networks", v, 1, 1000); }},
+        {"--allow-persistent", "CUBICLE_ALLOW_PERSISTENT", "",
+         "let clients ask for persistent: true (off by default: a persistent workspace is on disk, and its quota is "
+         "held by the in-sandbox agent, not the kernel)",
+         [](Config& c, std::string_view v) { c.allow_persistent = parse_bool("--allow-persistent", v); }},
         {"--state-dir", "CUBICLE_STATE_DIR", "DIR",
          "where persistent sandboxes are kept between servers (default: $STATE_DIRECTORY, /var/lib/cubicle for root, "
          "else $XDG_STATE_HOME/cubicle or ~/.local/state/cubicle)",

@@ -52,6 +52,9 @@ struct Config {
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
     int max_egress_networks = 16;  // internal networks, one per principal with networked sandboxes (each a subnet of the Engine's pools)
     // Persistent sandboxes (store/): where they are kept and for how long.
+    // Off by default: a persistent workspace is on disk, its quota held by the in-sandbox
+    // agent rather than the kernel (docs/persistence.md).
+    bool allow_persistent = false;
     std::string state_dir;  // empty: store::default_state_dir()
     int max_saved_sandboxes = 10;  // per principal
     int saved_ttl_days = 7;        // counted from last use (0: kept until removed)

@@ -478,6 +478,11 @@ asio::awaitable<void> Manager::save(std::shared_ptr<Sandbox> sandbox, std::strin
 
 asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner, std::string name, bool stateful,
                                              bool auto_install, StatusSink status) {
+    if (!config_.allow_persistent) {
+        throw ToolError("persistent sandboxes are off on this server: their workspace is on disk, where its quota is held by "
+                        "the in-sandbox agent rather than the kernel; the operator turns them on with --allow-persistent "
+                        "(or CUBICLE_ALLOW_PERSISTENT=1). Without it, snapshot_sandbox keeps a sandbox's files");
+    }
     if (auto problem = store::invalid_name(name)) throw ToolError("name: " + *problem);
     for (const auto& sandbox : list(owner)) {
         const auto* held = keeper_.held(sandbox->id());

@@ -42,7 +42,7 @@ def wheel() -> bytes:
 
 
 def state_args(state: Path, *more: str) -> tuple[str, ...]:
-    return ("--state-dir", str(state), "--pool-size", "0", *more)
+    return ("--allow-persistent", "--state-dir", str(state), "--pool-size", "0", *more)
 
 
 async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(state_dir, raw_server):
@@ -214,3 +214,13 @@ async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_pat
         assert store_volumes(state_dir) == [], "the new sandbox's volume is removed"
     finally:
         docker("rmi", "-f", tag)
+
+
+async def test_persistent_sandboxes_are_off_unless_the_operator_allows_them(state_dir):
+    """A persistent workspace is on disk with an agent-held quota: off by default, with an
+    error that says why and which flag turns it on; nothing is written to the store."""
+    async with start_server("--state-dir", str(state_dir), "--pool-size", "0") as srv:
+        kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True})
+        assert kind == "isError" and "--allow-persistent" in text and "quota" in text, text
+        assert (await srv.ok("get_sandbox_status"))["saved"] == []
+    assert not state_dir.exists()
