@@ -7,32 +7,9 @@
 #include <fmt/format.h>
 
 #include "common/json.hpp"
+#include "store/fields.hpp"
 
 namespace cubicle::store {
-namespace {
-
-constexpr std::int64_t record_version = 1;
-
-std::string string_of(simdjson::dom::element object, const char* key) {
-    std::string_view text;
-    if (object[key].get(text) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the snapshot record has no {}", key));
-    return std::string(text);
-}
-
-template <typename T>
-T number_of(simdjson::dom::element object, const char* key) {
-    T number{};
-    if (object[key].get(number) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the snapshot record has no {}", key));
-    return number;
-}
-
-bool flag_of(simdjson::dom::element object, const char* key) {
-    bool flag = false;
-    if (object[key].get(flag) != simdjson::SUCCESS) throw std::runtime_error(fmt::format("the snapshot record has no {}", key));
-    return flag;
-}
-
-} // namespace
 
 std::string to_json(const Snapshot& snapshot) {
     json::Writer w;
