@@ -147,8 +147,9 @@ Store::Store(fs::path dir) : dir_(std::move(dir)) {
         // store's and fails for the other, which then reads it.
         auto temporary = dir_ / ("store.id.tmp-" + random_hex(4));
         write_whole(temporary, random_hex(16) + "\n");
-        (void)::link(temporary.c_str(), id_file.c_str());
+        bool linked = ::link(temporary.c_str(), id_file.c_str()) == 0 || errno == EEXIST;
         ::unlink(temporary.c_str());
+        if (!linked) fail("cannot write", id_file);
         sync_dir(dir_);
     }
     id_ = file_text(id_file).substr(0, 32);
