@@ -242,7 +242,8 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
     for (auto& [name, value] : args.named_strings("env").value_or(std::vector<std::pair<std::string, std::string>>{})) {
         if (!std::regex_match(name, env_name)) throw ToolError(fmt::format("env: '{}' is not a valid variable name", name));
-        std::erase_if(spec.env, [&name](const auto& entry) { return entry.first == name; });  // the caller's value wins
+        // The caller's value wins. (A copy: Clang 14 cannot capture a structured binding.)
+        std::erase_if(spec.env, [given = name](const auto& entry) { return entry.first == given; });
         spec.env.emplace_back(std::move(name), std::move(value));
     }
     // Named, not built inside the co_await expression: GCC 12 double-frees such temporaries.
