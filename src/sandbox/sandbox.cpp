@@ -69,7 +69,23 @@ struct Sandbox::Interpreter {
             waiting.pop_front();
         }
     }
+    // Held while a cell or an exchange has the interpreter (Sandbox::take_turn).
+    struct Turn {
+        Interpreter& interpreter;
+        ~Turn() { interpreter.release(); }
+    };
 };
+
+asio::awaitable<void> Sandbox::take_turn(Interpreter& interpreter) {
+    // One cell or exchange at a time: later ones queue behind the one running.
+    while (interpreter.busy) {
+        auto turn = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+        interpreter.waiting.push_back(turn);
+        co_await turn->async_wait(use_tuple);
+        if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
+    }
+    interpreter.busy = true;
+}
 
 Sandbox::Sandbox(asio::any_io_executor executor, std::string id, std::string container_id, SandboxSpec spec)
     : executor_(std::move(executor)), id_(std::move(id)), container_id_(std::move(container_id)), spec_(std::move(spec)),
@@ -604,17 +620,8 @@ asio::awaitable<ExecResult> Sandbox::run_cell(std::string language, std::string 
     auto& slot = interpreters_[language];
     if (!slot) slot = std::make_shared<Interpreter>();
     auto interpreter = slot;
-    while (interpreter->busy) {
-        auto turn = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
-        interpreter->waiting.push_back(turn);
-        co_await turn->async_wait(use_tuple);
-        if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
-    }
-    interpreter->busy = true;
-    struct Turn {
-        Interpreter& interpreter;
-        ~Turn() { interpreter.release(); }
-    } turn{*interpreter};
+    co_await take_turn(*interpreter);
+    Interpreter::Turn turn{*interpreter};
 
     start_interpreter(language, *interpreter);
     std::uint32_t exec_id = interpreter->exec_id;
@@ -671,17 +678,8 @@ asio::awaitable<std::shared_ptr<Sandbox::Pending>> Sandbox::interpreter_exchange
         throw ToolError(fmt::format("sandbox {} has no live {} interpreter: run a cell with execute_code first", id_, language));
     }
     auto interpreter = found->second;
-    while (interpreter->busy) {  // between cells: after the running one
-        auto turn = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
-        interpreter->waiting.push_back(turn);
-        co_await turn->async_wait(use_tuple);
-        if (!alive_) throw ToolError(fmt::format("sandbox {} stopped: {}", id_, death_reason_));
-    }
-    interpreter->busy = true;
-    struct Turn {
-        Interpreter& interpreter;
-        ~Turn() { interpreter.release(); }
-    } turn{*interpreter};
+    co_await take_turn(*interpreter);
+    Interpreter::Turn turn{*interpreter};
     std::uint32_t exec_id = interpreter->exec_id;
     if (!exec_id) throw ToolError(fmt::format("the {} interpreter ended before its turn (state lost)", language));
     auto op = std::make_shared<Pending>(executor_);

@@ -203,6 +203,8 @@ private:
     void send_frame(std::string frame);
     void dispatch(agent::Frame frame);
     void deliver_output(Pending& target, bool is_stdout, std::string_view data);
+    // Waits until no cell or exchange has `interpreter`, then takes it (Interpreter::Turn gives it back).
+    asio::awaitable<void> take_turn(Interpreter& interpreter);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
     // The stderr line of a run whose process was killed at the programs' memory limit,
     // or at the workspace's disk quota.
