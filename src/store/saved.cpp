@@ -60,9 +60,7 @@ std::string to_json(const SavedSandbox& saved) {
 
 SavedSandbox saved_sandbox_from_json(std::string_view text) {
     json::Document document;
-    if (auto error = document.parse(text)) throw std::runtime_error("the record is not JSON: " + *error);
-    auto root = document.root();
-    if (number_of<std::int64_t>(root, "version") != record_version) throw std::runtime_error("the record is of another version");
+    auto root = record_root(document, text);
     SavedSandbox saved;
     saved.sandbox_id = string_of(root, "sandbox_id");
     saved.name = string_of(root, "name");

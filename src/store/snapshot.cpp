@@ -24,9 +24,7 @@ std::string to_json(const Snapshot& snapshot) {
 
 Snapshot snapshot_from_json(std::string_view text) {
     json::Document document;
-    if (auto error = document.parse(text)) throw std::runtime_error("the snapshot record is not JSON: " + *error);
-    auto root = document.root();
-    if (number_of<std::int64_t>(root, "version") != record_version) throw std::runtime_error("the snapshot record is of another version");
+    auto root = record_root(document, text);
     Snapshot snapshot;
     snapshot.snapshot_id = string_of(root, "snapshot_id");
     snapshot.name = string_of(root, "name");
