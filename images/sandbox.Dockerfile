@@ -1,5 +1,5 @@
 # Generated from images/sandbox.profile by `cubicle image dockerfile sandbox`: edit the profile, then regenerate.
-# cubicle/sandbox:latest: Python 3 (pip, venv, numpy, pandas, matplotlib, scipy, pillow, sympy), Node.js with npm, bash, git.
+# cubicle/sandbox:latest: Python 3 (pip, venv, numpy, pandas, matplotlib, scipy, pillow, sympy, requests), Node.js with npm, bash, git, curl.
 # The same image `cubicle image build sandbox` makes offline, for a registry:
 #   docker build -f images/sandbox.Dockerfile -t cubicle/sandbox:latest images/
 # BASE may be any Debian bookworm image whose apt sources work on the building machine.
@@ -13,8 +13,9 @@ RUN printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*
     && mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bash coreutils procps \
-        ca-certificates git fonts-dejavu-core python3 python3-pip python3-venv python3-numpy \
-        python3-pandas python3-matplotlib python3-scipy python3-pil python3-sympy nodejs npm \
+        ca-certificates curl git fonts-dejavu-core python3 python3-pip python3-venv \
+        python3-requests python3-numpy python3-pandas python3-matplotlib python3-scipy \
+        python3-pil python3-sympy nodejs npm \
     && dpkg --purge --force-depends gcc-12 g++-12 cpp-12 gcc g++ cpp libgcc-12-dev libstdc++-12-dev \
         libc6-dev linux-libc-dev libcrypt-dev libnsl-dev libtirpc-dev rpcsvc-proto binutils \
         binutils-common binutils-x86-64-linux-gnu libbinutils libctf0 libctf-nobfd0 libgprofng0 \

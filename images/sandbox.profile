@@ -1,10 +1,10 @@
 # The default sandbox image: what a model expects to find when it runs code.
 image: cubicle/sandbox:latest
-description: Python 3 (pip, venv, numpy, pandas, matplotlib, scipy, pillow, sympy), Node.js with npm, bash, git
+description: Python 3 (pip, venv, numpy, pandas, matplotlib, scipy, pillow, sympy, requests), Node.js with npm, bash, git, curl
 languages: python javascript bash
 packages:
-    bash coreutils procps ca-certificates git fonts-dejavu-core
-    python3 python3-pip python3-venv
+    bash coreutils procps ca-certificates curl git fonts-dejavu-core
+    python3 python3-pip python3-venv python3-requests
     python3-numpy python3-pandas python3-matplotlib python3-scipy python3-pil python3-sympy
     nodejs npm
 # No display in a sandbox: plots go to files. Matplotlib's cache (its font list, built on the

@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <functional>
 #include <stdexcept>
+#include <string>
 #include <string_view>
+#include <vector>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -38,6 +41,35 @@ bool parse_bool(std::string_view name, std::string_view text) {
     if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
     if (text == "0" || text == "false" || text == "no" || text == "off" || text.empty()) return false;
     throw std::invalid_argument(fmt::format("{} must be true or false, not '{}'", name, text));
+}
+
+// "none" or MODULE[,MODULE...], each a dotted Python name: the zygote imports
+// them by name, so anything else is a typo (a module that is not installed is
+// skipped by the zygote and imports as usual when a run asks for it).
+std::vector<std::string> parse_module_list(std::string_view name, std::string_view text) {
+    std::vector<std::string> modules;
+    if (text == "none") return modules;
+    auto is_identifier = [](std::string_view part) {
+        return !part.empty() && !std::isdigit(static_cast<unsigned char>(part[0])) &&
+               std::ranges::all_of(part, [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+    };
+    for (std::size_t start = 0; start <= text.size();) {
+        auto end = std::min(text.find(',', start), text.size());
+        auto module = text.substr(start, end - start);
+        bool valid = !module.empty();
+        for (std::size_t at = 0; valid && at <= module.size();) {
+            auto dot = std::min(module.find('.', at), module.size());
+            valid = is_identifier(module.substr(at, dot - at));
+            at = dot + 1;
+        }
+        if (!valid) {
+            throw std::invalid_argument(
+                fmt::format("{}: '{}' is not a Python module name; give a comma-separated list such as numpy,pandas, or none", name, module));
+        }
+        modules.emplace_back(module);
+        start = end + 1;
+    }
+    return modules;
 }
 
 // A directory the operator opens to uploads and downloads: absolute, existing, not /.
@@ -189,14 +221,31 @@ const std::vector<Option>& options() {
                  start = end + 1;
              }
          }},
+        {"--secrets", "CUBICLE_SECRETS", "FILE",
+         "secrets (JSON) networked sandboxes may ask for by name: they see a placeholder, and the egress proxy puts "
+         "the value into requests to the secret's hosts only (re-read on SIGHUP)",
+         [](Config& c, std::string_view v) { c.secrets_file = v; }},
+        {"--test-upstream-ca", "CUBICLE_TEST_UPSTREAM_CA", "FILE",
+         "FOR TESTS ONLY: the egress proxy also trusts these certificates (PEM) when it verifies the hosts "
+         "that carry secrets (--secrets); never for production use",
+         [](Config& c, std::string_view v) { c.test_upstream_ca = v; }},
+        {"--egress-approval", "CUBICLE_EGRESS_APPROVAL", "MODE",
+         "ask: when a networked sandbox tries a host --egress-allow does not admit, ask the user through the client "
+         "(MCP elicitation: once, for the sandbox, or no); off: refuse. Default: ask on stdio, off on HTTP",
+         [](Config& c, std::string_view v) {
+             if (v != "ask" && v != "off") throw std::invalid_argument(fmt::format("--egress-approval must be ask or off, not '{}'", v));
+             c.egress_approval = v;
+         }},
+        {"--egress-approval-timeout-s", "CUBICLE_EGRESS_APPROVAL_TIMEOUT_S", "N",
+         "how long a connection waits for the user's answer to an egress approval before it is refused",
+         [](Config& c, std::string_view v) { c.egress_approval_timeout_s = parse_number("--egress-approval-timeout-s", v, 1, 3600); }},
         {"--max-egress-networks", "CUBICLE_MAX_EGRESS_NETWORKS", "N",
          "most internal networks for networked sandboxes, one per principal that has any; each takes a subnet "
          "of the Docker daemon's address pools",
          [](Config& c, std::string_view v) { c.max_egress_networks = parse_number("--max-egress-networks", v, 1, 1000); }},
-        {"--allow-persistent", "CUBICLE_ALLOW_PERSISTENT", "",
-         "let clients ask for persistent: true (off by default: a persistent workspace is on disk, and its quota is "
-         "held by the in-sandbox agent, not the kernel)",
-         [](Config& c, std::string_view v) { c.allow_persistent = parse_bool("--allow-persistent", v); }},
+        {"--no-persistent", "CUBICLE_NO_PERSISTENT", "",
+         "refuse persistent: true (sandboxes kept on disk in --state-dir across server restarts)",
+         [](Config& c, std::string_view v) { c.no_persistent = parse_bool("--no-persistent", v); }},
         {"--state-dir", "CUBICLE_STATE_DIR", "DIR",
          "where persistent sandboxes are kept between servers (default: $STATE_DIRECTORY, /var/lib/cubicle for root, "
          "else $XDG_STATE_HOME/cubicle or ~/.local/state/cubicle)",
@@ -222,11 +271,34 @@ const std::vector<Option>& options() {
          }},
         {"--agent-channel", "CUBICLE_AGENT_CHANNEL", "KIND",
          "socket (default: the agent speaks over a unix socket mounted into its container, where the engine is local "
-         "and can mount it) or attach (over Docker's attach stream, relayed by the engine)",
+         "and can mount it), attach (over Docker's attach stream, relayed by the engine) or tcp (the agent dials the "
+         "server over TLS, from a network on which nothing else answers; see --agent-listen)",
          [](Config& c, std::string_view v) {
-             if (v != "socket" && v != "attach")
-                 throw std::invalid_argument(fmt::format("--agent-channel must be socket or attach, not '{}'", v));
+             if (v != "socket" && v != "attach" && v != "tcp")
+                 throw std::invalid_argument(fmt::format("--agent-channel must be socket, attach or tcp, not '{}'", v));
              c.agent_channel = v;
+         }},
+        {"--agent-listen", "CUBICLE_AGENT_LISTEN", "ADDRESS:PORT",
+         "with --agent-channel tcp, where the server takes its agents' TLS connections: 0.0.0.0:PORT or [::]:PORT, "
+         "every address (default: the gateway of its agent network, a free port; the relay dials that gateway in "
+         "either case, the one address its internal network reaches)",
+         [](Config& c, std::string_view v) {
+             auto colon = v.rfind(':');
+             auto host = colon == std::string_view::npos ? std::string_view() : v.substr(0, colon);
+             if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+             unsigned char address[16];
+             if (host.empty() || (::inet_pton(AF_INET, std::string(host).c_str(), address) != 1 &&
+                                  ::inet_pton(AF_INET6, std::string(host).c_str(), address) != 1))
+                 throw std::invalid_argument(fmt::format("--agent-listen must be IP-ADDRESS:PORT, not '{}'", v));
+             // The relay's network is internal: no route but to its gateway. An address other than
+             // every one would never see an agent (and the agents would quietly fall back to attach).
+             if (host != "0.0.0.0" && host != "::")
+                 throw std::invalid_argument(fmt::format(
+                     "--agent-listen takes 0.0.0.0:PORT or [::]:PORT, not '{}': the relay reaches the server only at its "
+                     "agent network's gateway, which the server listens on by default",
+                     v));
+             parse_number("--agent-listen's port", v.substr(colon + 1), 0, 65535);
+             c.agent_listen = v;
          }},
         {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
@@ -238,6 +310,10 @@ const std::vector<Option>& options() {
          [](Config& c, std::string_view v) { c.pool_refill = parse_number("--pool-refill", v, 1, 64); }},
         {"--pool-idle-s", "CUBICLE_POOL_IDLE_S", "N", "empty the pool after this long unused",
          [](Config& c, std::string_view v) { c.pool_idle_s = parse_number("--pool-idle-s", v, 1, 86400 * 7); }},
+        {"--zygote-preload", "CUBICLE_ZYGOTE_PRELOAD", "MODULE[,MODULE...]",
+         "Python modules each warm sandbox's zygote imports ahead of fresh runs (they then start with them imported; each "
+         "costs memory in every warm sandbox), or none (default: numpy)",
+         [](Config& c, std::string_view v) { c.zygote_preload = parse_module_list("--zygote-preload", v); }},
         {"--idle-pause-s", "CUBICLE_IDLE_PAUSE_S", "N",
          "pause a sandbox of initialize_sandbox with nothing running after this long without a call (the Engine's "
          "cgroup freezer; its next call resumes it); 0: never (default 60)",

@@ -49,24 +49,36 @@ struct Config {
     // expose_port also listens on the host's 127.0.0.1 over HTTP (any local user reaches those);
     // over stdio that listener is the only way, so it is always there.
     bool preview_listeners = false;
+    std::string secrets_file;  // --secrets: the operator's secrets (sandbox/secrets.hpp); empty: none
+    std::string test_upstream_ca;  // tests only: a CA the proxy also trusts for the secrets' hosts
     std::vector<std::string> egress_allow;  // HOST[:PORT] networked sandboxes may reach; empty: any public address
+    // What happens when a networked sandbox tries a host the allowlist refuses: "ask" the
+    // user through MCP elicitation, or "off" (refused). Empty: ask on stdio, off on HTTP.
+    std::string egress_approval;
+    int egress_approval_timeout_s = 60;  // how long a connection waits for the user's answer
+    bool egress_asks() const { return egress_approval.empty() ? transport == "stdio" : egress_approval == "ask"; }
     int max_egress_networks = 16;  // internal networks, one per principal with networked sandboxes (each a subnet of the Engine's pools)
     // Persistent sandboxes (store/): where they are kept and for how long.
-    // Off by default: a persistent workspace is on disk, its quota held by the in-sandbox
-    // agent rather than the kernel (docs/persistence.md).
-    bool allow_persistent = false;
+    bool no_persistent = false;  // persistent sandboxes refused (docs/persistence.md)
     std::string state_dir;  // empty: store::default_state_dir()
     int max_saved_sandboxes = 10;  // per principal
     int saved_ttl_days = 7;        // counted from last use (0: kept until removed)
     int max_saved_mb = 0;          // per principal, saved workspaces and snapshots (0: no limit)
     int max_snapshots = 20;        // per principal (snapshot_sandbox; the oldest go)
     std::string executor = "agent";  // or "exec": Docker exec instead of the in-sandbox agent
-    std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream
+    std::string agent_channel = "socket";  // or "attach": the agent's frames over Docker's attach stream;
+                                           // or "tcp": the agent dials home over TLS (sandbox/dial_home.hpp)
+    // --agent-listen 0.0.0.0:PORT or [::]:PORT, where the server takes agents' TLS connections
+    // with --agent-channel tcp; empty: the gateway of the server's agent network, any port.
+    std::string agent_listen;
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)
     int pool_max = 16;          // the most the pool grows to under demand
     bool no_recycle = false;    // remove throwaway sandboxes instead of resetting them for reuse
     int pool_refill = 1;        // how many of them start at once
     int pool_idle_s = 300;      // the pool empties after this long without use
+    // The modules the Python zygote imports ahead of fresh runs (--zygote-preload);
+    // nullopt: the language table's default, empty: none.
+    std::optional<std::vector<std::string>> zygote_preload;
     int idle_pause_s = 60;      // a client's sandbox idle this long is paused (0: never)
     int max_ttl_s = 86400;      // the longest ttl_s initialize_sandbox may ask for
     int default_ttl_s = 0;      // the ttl_s of a sandbox that asks for none (0: it never expires)

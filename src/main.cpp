@@ -33,6 +33,7 @@
 #include "mcp/stdio.hpp"
 #include "sandbox/manager.hpp"
 #include "sandbox/metrics.hpp"
+#include "sandbox/secret_tls.hpp"
 #include "tools/tools.hpp"
 
 namespace asio = boost::asio;
@@ -61,6 +62,15 @@ constexpr auto shutdown_deadline = std::chrono::seconds(4);
 constexpr int mmap_threshold = 64 << 10;
 
 // `transport` names how clients reach this server, for the startup line.
+// SIGHUP, each time it comes: `reload` re-reads the operator's files.
+void on_every_hangup(asio::signal_set& hangup, std::function<void()> reload) {
+    hangup.async_wait([&hangup, reload = std::move(reload)](const boost::system::error_code& ec, int) mutable {
+        if (ec) return;
+        reload();
+        on_every_hangup(hangup, std::move(reload));
+    });
+}
+
 asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager, std::string transport) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     for (std::chrono::milliseconds delay = start_up_first_retry; !manager.closed();
@@ -70,16 +80,19 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             co_await docker.connect();
             manager.set_daemon_info(co_await docker.info());
             bool image_present = co_await manager.check_default_image();
+            // The pool first: a client's first call waits for its first sandbox (Manager::create).
+            if (image_present) manager.start_pool();
+            manager.start_up_attempted();
             log::info("cubicle {} serving on {}; {} at {} ({}, API {}); default image {} ({}); warm pool of {}", CUBICLE_VERSION, transport,
                       docker.engine().describe(), docker.endpoint().describe(), docker.endpoint().source, docker.api_version(), manager.default_image(), image_present ? "present" : "missing",
                       image_present ? manager.pool_size() : 0);
             co_await manager.remove_orphans();
-            if (image_present) manager.start_pool();
             asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
             asio::co_spawn(co_await asio::this_coro::executor, manager.watch_lifetimes(), asio::detached);
             if (retried) log::info("the Docker daemon answers now: start-up complete");
             co_return;
         } catch (const std::exception& e) {
+            manager.start_up_attempted(std::current_exception());
             // Keep serving: every tool call explains the problem to the client meanwhile.
             if (retried) {
                 log::debug("{}", e.what());
@@ -170,7 +183,7 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
                                .tls_cert = config.tls_cert,
                                .tls_key = config.tls_key,
                                .resource_metadata = authenticator->resource_metadata()};
-    auto sandbox_metrics = [&manager] { return sandbox::prometheus_text(manager.live(), manager.pool_stats()); };
+    auto sandbox_metrics = [&manager] { return sandbox::prometheus_text(manager.live(), manager.pool_stats(), manager.pool_memory()); };
     mcp::HttpServer server(io.get_executor(), settings, make_session, http_auth, metrics, sandbox_metrics);
     server.set_preview(tools::preview_opener(manager));
     try {
@@ -187,12 +200,11 @@ int serve_http(asio::io_context& io, const Config& config, docker::Client& docke
         asio::co_spawn(io, shut_down_http(server, manager), [&io](std::exception_ptr) { io.stop(); });
     });
     asio::signal_set hangup(io, SIGHUP);
-    std::function<void(const boost::system::error_code&, int)> on_hangup = [&](const boost::system::error_code& ec, int) {
-        if (ec) return;
+    on_every_hangup(hangup, [&] {
         authenticator->reload();
-        hangup.async_wait(on_hangup);
-    };
-    hangup.async_wait(on_hangup);
+        manager.egress().reload_secrets();
+    });
+    manager.start_up_begins();
     asio::co_spawn(io, start_up(docker, manager, "streamable HTTP"), asio::detached);
     io.run();
     return 0;
@@ -244,6 +256,15 @@ int main(int argc, char** argv) {
     }
     docker::Client& docker = *client;
     sandbox::Manager manager(io.get_executor(), docker, config);
+    try {
+        sandbox::Secrets secrets(config.secrets_file);
+        // The proxy needs a trust store only when it may have to verify a secret's host.
+        auto trust = secrets.empty() ? std::vector<std::string>{} : sandbox::upstream_trust(config.test_upstream_ca);
+        manager.egress().set_secrets(std::move(secrets), std::move(trust));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cubicle: %s\n", e.what());
+        return 2;
+    }
     if (config.transport == "http") return serve_http(io, config, docker, manager);
     mcp::StdioTransport transport(io.get_executor(), STDIN_FILENO, STDOUT_FILENO);
     auto services = tools::sandbox_services(manager, docker, config);
@@ -252,6 +273,9 @@ int main(int argc, char** argv) {
     session.set_resources(std::move(services.resources));
 
     asio::signal_set signals(io, SIGINT, SIGTERM);
+    // SIGHUP re-reads the --secrets file.
+    asio::signal_set hangup(io, SIGHUP);
+    on_every_hangup(hangup, [&] { manager.egress().reload_secrets(); });
     asio::steady_timer deadline(io);
     bool stopping = false;
     bool gave_up = false;
@@ -259,6 +283,7 @@ int main(int argc, char** argv) {
         if (stopping) return;
         stopping = true;
         signals.cancel();
+        hangup.cancel();
         deadline.expires_after(shutdown_deadline);
         deadline.async_wait([&](const boost::system::error_code& ec) {
             if (ec) return;
@@ -277,6 +302,7 @@ int main(int argc, char** argv) {
         log::info("signal {}: removing sandboxes and exiting", signal_number);
         stop();
     });
+    manager.start_up_begins();
     asio::co_spawn(io, start_up(docker, manager, "stdio"), asio::detached);
     transport.start([&](std::string line) { if (!stopping) session.handle_message(std::move(line)); },
                     [&] {

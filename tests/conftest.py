@@ -15,6 +15,7 @@ Two ways to drive a server:
 Environment:
   CUBICLE_BIN         path of the server binary (default: <repo>/build/cubicle)
   CUBICLE_TEST_IMAGE  sandbox image (default: cubicle/sandbox-test:latest)
+  CUBICLE_TEST_AGENT_CHANNEL  --agent-channel of every server the suites start (tcp: agents dial home)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import uuid
 import threading
 import time
 import warnings
@@ -192,6 +194,19 @@ def docker_inspect(container_id: str) -> dict[str, Any]:
     return data[0]
 
 
+@contextlib.contextmanager
+def bridge_web_server(body: str):
+    """A web server serving `body` at / on port 8080, in a container on Docker's default bridge,
+    outside any sandbox network; yields its address, and removes it."""
+    name = f"cubicle-test-web-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--rm", "--name", name, "--network", "bridge", "--user", "1000:1000", "-w", "/tmp",
+           "--entrypoint", "sh", IMAGE, "-c", f"printf '%s' '{body}' > index.html && exec python3 -m http.server 8080")
+    try:
+        yield docker_inspect(name)["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
+    finally:
+        subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True)
+
+
 def instance_of(container_id: str) -> str:
     labels = docker_inspect(container_id)["Config"]["Labels"] or {}
     assert INSTANCE_LABEL in labels, f"container {container_id} has no {INSTANCE_LABEL} label: {labels}"
@@ -248,6 +263,10 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # Every tool group: the suites exercise every tool (test_mcp_sdk checks the default set
     # with CUBICLE_TOOLS="", which the server reads as unset).
     env["CUBICLE_TOOLS"] = "all"
+    # CUBICLE_TEST_AGENT_CHANNEL=tcp runs the suites' servers with their agents dialing home
+    # (tests that check the default socket channel then fail, as they should).
+    if channel := os.environ.get("CUBICLE_TEST_AGENT_CHANNEL"):
+        env["CUBICLE_AGENT_CHANNEL"] = channel
     if extra:
         env.update(extra)
     return env
@@ -317,9 +336,10 @@ def result_text(result: Any) -> str:
 class CubicleServer:
     """A cubicle server process driven through the official MCP SDK."""
 
-    def __init__(self, args: list[str], env: dict[str, str], tag: str = "sdk") -> None:
+    def __init__(self, args: list[str], env: dict[str, str], tag: str = "sdk", elicitation: Any = None) -> None:
         self.args = args
         self.env = env
+        self.elicitation = elicitation  # the SDK's elicitation_callback: the client then declares elicitation
         self.log_path = _new_log(tag)
         self.session: ClientSession | None = None
         self.init_result: Any = None
@@ -332,7 +352,7 @@ class CubicleServer:
         with open(self.log_path, "w") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):
                 # a session-wide read timeout so a silent server fails tests instead of hanging them
-                async with ClientSession(read, write, read_timeout_seconds=60) as session:
+                async with ClientSession(read, write, read_timeout_seconds=60, elicitation_callback=self.elicitation) as session:
                     self.init_result = await session.initialize()
                     self.session = session
                     self._ready.set()
@@ -429,9 +449,11 @@ class CubicleServer:
         return _tail(self.log_path)
 
 
-def start_server(*args: str, env: dict[str, str] | None = None, default_image: bool = True, tag: str = "sdk"):
-    """``async with start_server("--memory-mb", "256") as srv: await srv.ok(...)``"""
-    return CubicleServer(server_args(args, default_image), server_env(env), tag=tag)
+def start_server(*args: str, env: dict[str, str] | None = None, default_image: bool = True, tag: str = "sdk",
+                 elicitation: Any = None):
+    """``async with start_server("--memory-mb", "256") as srv: await srv.ok(...)``; `elicitation`: the
+    client's elicitation_callback (the SDK's), declaring the capability."""
+    return CubicleServer(server_args(args, default_image), server_env(env), tag=tag, elicitation=elicitation)
 
 
 # --------------------------------------------------------------------------

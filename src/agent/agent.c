@@ -37,9 +37,7 @@
  * processes".  Without it (the host-side tests, a developer running the
  * binary) only the program's own process group is ever signalled.  With
  * `--memory-limit BYTES` besides, it holds the programs to that much memory
- * (memory.h), which the container's own limit cannot tell from their files;
- * with `--disk-limit BYTES:FILES` it holds its working directory (the
- * workspace) to that quota (diskquota.h), where no kernel does.
+ * (memory.h), which the container's own limit cannot tell from their files.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -47,7 +45,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,14 +64,14 @@
 
 #include "changed.h"
 #include "checkpoint.h"
-#include "diskquota.h"
+#include "dial.h"
 #include "memory.h"
 #include "paths.h"
 #include "procfs.h"
 #include "remove.h"
 #include "textfile.h"
-#include "usage.h"
 #include "proxy.h"
+#include "relay.h"
 #include "reset.h"
 #include "search.h"
 #include "streams.h"
@@ -101,7 +98,6 @@ struct exec {
     uint64_t sent[2];       /* bytes forwarded per stream */
     int truncated, timed_out, killed, exited, status;
     int memory_killed;      /* a process of its session was killed at the memory limit */
-    int disk_killed;        /* ... or at the disk quota */
     int builtin;            /* the agent's own code (changed.h): starts no process */
     int save_fd[2];         /* SAVE copies of stdout/stderr, -1 = none */
     uint64_t save_cap, saved[2];
@@ -398,17 +394,7 @@ static void send_frame(uint8_t type, uint32_t id, const void *data, size_t len)
     }
 }
 
-static void send_error(uint32_t id, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        n = 0;
-    send_frame(CUBICLE_FRAME_ERROR, id, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-}
+#define send_error(id, ...) wire_send_error(send_frame, (id), __VA_ARGS__)
 
 static struct exec *find_exec(uint32_t id)
 {
@@ -479,8 +465,6 @@ static builtin_fn builtin_named(const char *argv0)
         return read_file_main;
     if (strcmp(argv0, CUBICLE_BUILTIN_REPLACE_FILE) == 0)
         return replace_file_main;
-    if (strcmp(argv0, CUBICLE_BUILTIN_DISK_USAGE) == 0)
-        return disk_usage_main;
     return NULL;
 }
 
@@ -850,7 +834,6 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
     struct run_req r;
     const char *bad = wire_parse_run(payload, len, &r);
     struct save *save = take_save(id);
-    const char *refusal;
 
     if (bad)
         send_error(id, "malformed %s: %s", what, bad);
@@ -858,8 +841,6 @@ static void handle_run(uint32_t id, char *payload, size_t len, enum mode mode, i
         send_error(id, "malformed %s: exec id 0 is reserved", what);
     else if (find_exec(id) || streams_has(id))
         send_error(id, "exec id %u is already in use", id);
-    else if (!builtin_named(r.argv[0]) && (refusal = diskquota_refusal(r.argv)))
-        send_error(id, "%s", refusal);
     else
         spawn(id, &r, mode, save, via_zygote);
     free(save);
@@ -1204,7 +1185,6 @@ static void reap(void)
             ;
         e->end_us = now_us();
         close_stdin(e);
-        diskquota_run_ended(&e->ru);
     }
     /* Children no execution owns: the zygote, and (we are a subreaper once
      * there is one) orphans of every run.  One whose pid an execution still
@@ -1250,9 +1230,8 @@ static void finish(struct exec *e)
         code = WEXITSTATUS(e->status);
     else if (WIFSIGNALED(e->status))
         sig = WTERMSIG(e->status);
-    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld %d %d", code, sig, e->timed_out,
-                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss, e->memory_killed,
-                     e->disk_killed);
+    int n = snprintf(msg, sizeof msg, "%d %d %d %d %lld %ld %d", code, sig, e->timed_out,
+                     e->truncated, (long long)(e->end_us - e->start_us), e->ru.ru_maxrss, e->memory_killed);
     send_frame(CUBICLE_FRAME_EXIT, e->id, msg, (size_t)n);
     free(e);
 }
@@ -1274,7 +1253,7 @@ static void finish_completed(int64_t now)
     }
 }
 
-/* Is a program running?  The memory limit and the disk quota are watched only then. */
+/* Is a program running?  The memory limit is watched only then. */
 static int programs_run(void)
 {
     for (struct exec *e = execs; e; e = e->next)
@@ -1295,17 +1274,6 @@ static void check_memory(int64_t now)
             e->memory_killed = 1;
 }
 
-/* Holds the workspace to its disk quota (diskquota.h), the same way. */
-static void check_disk(int64_t now)
-{
-    if (!programs_run() || now < diskquota_due_us(now))
-        return;
-    pid_t session = diskquota_check(now);
-    for (struct exec *e = execs; session > 0 && e; e = e->next)
-        if (e->pid == session)
-            e->disk_killed = 1;
-}
-
 /* Milliseconds until the nearest deadline, or -1 for none. */
 static int poll_timeout(int64_t now)
 {
@@ -1316,10 +1284,9 @@ static int poll_timeout(int64_t now)
         if (t >= 0 && (next < 0 || t < next))
             next = t;
     }
-    int64_t checks[2] = { programs_run() ? memory_due_us(now) : -1, programs_run() ? diskquota_due_us(now) : -1 };
-    for (int i = 0; i < 2; i++)
-        if (checks[i] >= 0 && (next < 0 || checks[i] < next))
-            next = checks[i];
+    int64_t check = programs_run() ? memory_due_us(now) : -1;
+    if (check >= 0 && (next < 0 || check < next))
+        next = check;
     if (next < 0)
         return -1;
     int64_t ms = (next - now + 999) / 1000;
@@ -1386,20 +1353,20 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && strcmp(argv[1], "--proxy") == 0)
         return proxy_main(argc - 2, argv + 2);
-    uint64_t memory_limit = 0, disk_bytes = 0, disk_files = 0;
+    if (argc >= 2 && strcmp(argv[1], "--relay") == 0)
+        return relay_main(argc - 2, argv + 2);
+    uint64_t memory_limit = 0;
     int sandbox = argc >= 2 && strcmp(argv[1], "--sandbox") == 0, usage = argc > 1 && !sandbox;
     for (int i = 2; sandbox && i < argc && !usage; i += 2) {
         if (i + 1 >= argc)
             usage = 1;
         else if (strcmp(argv[i], "--memory-limit") == 0)
             usage = wire_parse_u64(argv[i + 1], &memory_limit) != 0;
-        else if (strcmp(argv[i], "--disk-limit") == 0)
-            usage = diskquota_parse(argv[i + 1], &disk_bytes, &disk_files) != 0;
         else
             usage = 1;
     }
     if (usage) {
-        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] [--disk-limit BYTES:FILES] | --proxy PORT [ALLOW ...]]\n");
+        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] | --proxy PORT [ALLOW ...] | --relay PORT TARGET]\n");
         return 2;
     }
     sweep_enabled = sandbox && getuid() != 0;
@@ -1409,9 +1376,11 @@ int main(int argc, char **argv)
     if (sweep_enabled) {
         reset_snapshot();
         memory_init(memory_limit);
-        diskquota_init(".", disk_bytes, disk_files);   /* the container's WorkingDir: the workspace */
     }
+    /* Before any program runs: a mounted socket, else the server's TLS endpoint. */
     int channel = sweep_enabled ? connect_channel() : -1;
+    if (sweep_enabled && channel < 0)
+        channel = dial_home();
     const char *hello = channel >= 0 ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
     send_frame(CUBICLE_FRAME_HELLO, 0, hello, strlen(hello));
     if (channel >= 0)
@@ -1459,7 +1428,6 @@ int main(int argc, char **argv)
         int64_t now = now_us();
         check_timeouts(now);
         check_memory(now);
-        check_disk(now);
         finish_completed(now);
         streams_reap();
     }

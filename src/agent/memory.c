@@ -22,11 +22,15 @@
  * a millisecond before it. */
 #define ROOM_PER_MS (16 * MIB)
 #define MAX_INTERVAL_MS 50
+/* How long a killed process may take to free its memory before the next kill
+ * (a reused pid must not hold the limit off for longer). */
+#define VICTIM_WAIT_US (1000 * 1000)
 
 static uint64_t limit;
 static int from_cgroup;   /* the cgroup's anonymous memory, else the processes' sum */
 static int64_t due_us = -1;
 static pid_t victim;      /* killed for the limit and not gone yet */
+static int64_t victim_killed_us;
 static long page_size;
 static unsigned kills;
 
@@ -108,6 +112,16 @@ static uint64_t programs_memory(void)
     return anon > ours ? anon - ours : 0;
 }
 
+/* Whether a killed process may still be freeing its memory: /proc shows it
+ * holding none as soon as the kernel has detached its memory, but the pages are
+ * freed after that, and only a zombie (or a reaped process) is done with them. */
+static int still_dying(pid_t pid)
+{
+    pid_t sid;
+    char state = 0;
+    return proc_session(pid, &sid, &state) == 0 && state != 'Z' && state != 'X';
+}
+
 struct largest { pid_t pid; uint64_t anon; int parked; };
 
 /* A stopped process -- a parked checkpoint (checkpoint.h), or a program
@@ -140,8 +154,9 @@ pid_t memory_check(int64_t now_us)
     due_us = now_us + 1000 * (interval_ms < 1 ? 1 : interval_ms > MAX_INTERVAL_MS ? MAX_INTERVAL_MS : interval_ms);
     if (used <= limit)
         return 0;
-    /* One kill at a time: the victim's memory is freed only once it is gone. */
-    if (victim > 0 && process_anon(victim) > 0)
+    /* One kill at a time: the next only once the last victim's memory is freed
+     * (a parked copy killed first must not take the live interpreter with it). */
+    if (victim > 0 && now_us < victim_killed_us + VICTIM_WAIT_US && still_dying(victim))
         return 0;
     struct largest l = { 0, 0, 0 };
     each_program_process(keep_largest, &l);
@@ -157,6 +172,7 @@ pid_t memory_check(int64_t now_us)
         return 0;
     }
     kills++;
+    victim_killed_us = now_us;
     fprintf(stderr, "cubicle-agent: the programs held %llu MiB, over their limit of %llu MiB: killed process %d\n",
             (unsigned long long)(used / MIB), (unsigned long long)(limit / MIB), (int)victim);
     return session;

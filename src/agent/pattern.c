@@ -221,6 +221,49 @@ static int has_back_reference(const char *p)
     return 0;
 }
 
+/* What regcomp will copy of the pattern: an atom counts once, a group the sum
+ * of what it holds, and {n,m} adds m copies of the atom or group before it. */
+enum { most_copies = 2000, deepest_group = 64 };
+struct repetition_count {
+    double level[deepest_group];   /* the sum so far in each open group, [0] outside any */
+    int depth;
+    double last;   /* the atom or group just counted */
+};
+
+static void count_atom(struct repetition_count *c, double weight)
+{
+    c->last = weight;
+    c->level[c->depth] += weight;
+}
+
+static int count_open(struct repetition_count *c)
+{
+    if (c->depth + 1 >= deepest_group)
+        return -1;
+    c->level[++c->depth] = 0;
+    return 0;
+}
+
+static void count_close(struct repetition_count *c)
+{
+    if (c->depth == 0) {   /* an unmatched ')' is a literal */
+        count_atom(c, 1);
+        return;
+    }
+    double group = c->level[c->depth--];
+    count_atom(c, group);
+}
+
+static int count_repeat(struct repetition_count *c, unsigned long most)
+{
+    c->level[c->depth] += c->last * (double)most;
+    c->last *= (double)most + 1;
+    double total = 0;
+    for (int d = 0; d <= c->depth; d++)
+        total += c->level[d];
+    return total > most_copies ? -1 : 0;
+}
+
 char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
 {
     char *ere = malloc(strlen(pattern) * sizeof any_character + 16);
@@ -232,7 +275,11 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
     const char *p = pattern;
     /* after_quantifier: 1 right after one, 2 after its lazy '?' or possessive '+' */
     int after_quantifier = 0, widen_dots = !has_back_reference(pattern);
-    double copies = 1;   /* regcomp copies a {n,m} atom m times: what nesting could multiply */
+    /* regcomp copies an atom under {n,m} m times, and its memory grows with the
+     * square of the copies (a{2,5000} takes 200 MB, a{2,17778} 2.5 GB): the
+     * copies are counted, summed over an atom's neighbours and multiplied by
+     * the groups around it, and bounded. */
+    struct repetition_count count = {0};
     if (strncmp(p, "(?i)", 4) == 0) {
         *ignore_case = 1;
         p += 4;
@@ -296,9 +343,8 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
                 unsigned long most = strtoul(p + 1, NULL, 10), upper = 0;
                 if (comma && comma < strchr(p, '}'))
                     upper = strtoul(comma + 1, NULL, 10);
-                copies *= (double)(upper > most ? upper : most) + 1;
-                if (copies > 100000) {
-                    *error = "the pattern's {n,m} repetitions are too large";
+                if (count_repeat(&count, upper > most ? upper : most) < 0) {
+                    *error = "the pattern's {n,m} repetitions are too large (at most 2000 copies in all)";
                     goto fail;
                 }
                 while (*p != '}')
@@ -316,6 +362,18 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
             quantifier = c == '*' || c == '+' || c == '?';
             *o++ = c;
             p++;
+        }
+        if (!quantifier) {
+            if (c == '(') {
+                if (count_open(&count) < 0) {
+                    *error = "groups are nested too deeply (at most 63)";
+                    goto fail;
+                }
+            } else if (c == ')') {
+                count_close(&count);
+            } else if (c != '|') {
+                count_atom(&count, c == '.' ? 4 : 1);   /* a widened '.' is a group of four */
+            }
         }
         after_quantifier = quantifier;
     }

@@ -11,9 +11,9 @@
  * (per stream, 0 = none), cwd ("" = the agent's), argc, argc argv strings,
  * envc, envc KEY=VALUE strings; the rest of the payload is stdin.
  * EXIT payload: "exit_code signal timed_out truncated duration_us max_rss_kb
- * memory_limit disk_limit" (decimal, space-separated; exit_code -1 when
- * killed by a signal; the last two 1 when a process of the execution was
- * killed at the memory limit (memory.h) or the disk quota (diskquota.h)).
+ * memory_limit" (decimal, space-separated; exit_code -1 when killed by a
+ * signal; the last 1 when a process of the execution was killed at the
+ * memory limit (memory.h)).
  *
  * RESET (empty payload; only honoured by `cubicle-agent --sandbox` running as
  * the container's main process, never as root): every execution and every
@@ -51,14 +51,25 @@
 #define CUBICLE_HELLO "cubicle-agent 1"
 #define CUBICLE_HELLO_CHANNEL "cubicle-agent 1 channel"
 #define CUBICLE_AGENT_CHANNEL "/run/cubicle/agent.sock"
+/* Or the agent dials home (--agent-channel tcp): this variable of its
+ * environment holds "ADDRESS:PORT PIN TOKEN" -- the server's TLS endpoint (an
+ * IPv6 address in brackets), the lowercase hex SHA-256 of its certificate's
+ * public key (DER SubjectPublicKeyInfo), which the agent requires, and a
+ * one-time token of CUBICLE_DIAL_TOKEN_SIZE hex digits, which the agent sends,
+ * then a newline, as the first bytes inside TLS.  The server answers
+ * CUBICLE_DIAL_ACCEPTED (one byte) when it took the token, and closes the
+ * connection on anything else; the agent waits for that byte before it says
+ * "channel" in its hello.  The agent removes the variable before any program
+ * runs (an empty value: no dialing); the server accepts each token once. */
+#define CUBICLE_AGENT_DIAL "CUBICLE_AGENT_DIAL"
+#define CUBICLE_DIAL_TOKEN_SIZE 32
+#define CUBICLE_DIAL_ACCEPTED '+'
 /* A RUN (or FORK) whose argv[0] is one of these runs the agent's own code in
  * the forked child instead of exec'ing a program: the changed-files listing
  * (changed.h), a recursive removal (remove.h) or search_files (search.h), */
 #define CUBICLE_BUILTIN_CHANGED_FILES "cubicle-agent:changed-files"
 #define CUBICLE_BUILTIN_REMOVE "cubicle-agent:remove"
 #define CUBICLE_BUILTIN_SEARCH "cubicle-agent:search"
-/* ... the workspace's usage as the disk quota counts it (diskquota.h) ... */
-#define CUBICLE_BUILTIN_DISK_USAGE "cubicle-agent:disk-usage"
 /* ... and the two halves of edit_file (textfile.h) */
 #define CUBICLE_BUILTIN_READ_FILE "cubicle-agent:read-file"
 #define CUBICLE_BUILTIN_REPLACE_FILE "cubicle-agent:replace-file"

@@ -19,12 +19,28 @@
  * Single-threaded like the agent: one poll() loop over nonblocking sockets.
  * Name resolution blocks the loop, bounded by a short resolver timeout.  The
  * server holds our stdin open; EOF there means stop.
+ *
+ * Each connection's outcome goes to the server as records on stdout (the
+ * ledger, proxy_report.h): when it closes, every REPORT_MS while it lasts,
+ * and when the server sends "sync ID" on stdin (then a sync record follows
+ * every record owed so far, which is how a run's result knows it has them).
+ *
+ * With --ask=SECONDS (egress approvals), a host the rules refuse is put to
+ * the server as an "ask" record; the connection waits, at most SECONDS, for
+ * "answer ID once|sandbox|no[ WHY]" on stdin.  An approval only stands in
+ * for a rule: the address check after resolution still applies, with no
+ * literal exception, so the user can never open a private address.
  */
 #include "proxy.h"
+#include "proxy_report.h"
 #include "proxy_request.h"
+#include "proxy_secrets.h"
+#include "proxy_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -41,13 +57,16 @@
 #include <unistd.h>
 
 #define MAX_CONNS  256
+#define TLS_PER_CLIENT 32   /* terminated TLS connections (a thread each) one sandbox may hold at once */
 #define HEAD_MAX   (16 * 1024)    /* request line and headers */
 #define BUF_MAX    (256 * 1024)   /* per direction: a full buffer stops reading its source */
 #define CONNECT_MS 10000
 #define HEAD_MS    30000          /* a client gets this long to send its request head */
 #define LINGER_MS  2000           /* and this long to read an error reply */
+#define REPORT_MS  5000           /* a long connection's counts go out this often */
 
-enum state { S_FREE, S_HEAD, S_CONNECTING, S_RELAY, S_CLOSING };
+/* S_TLS: a thread of proxy_tls.c has the connection until it hands it back */
+enum state { S_FREE, S_HEAD, S_ASKING, S_CONNECTING, S_RELAY, S_CLOSING, S_TLS };
 
 struct buf { char *p; size_t off, len; };   /* pending bytes are p[off..len) */
 
@@ -61,6 +80,17 @@ struct conn {
     int64_t deadline;          /* monotonic ms, 0 = none */
     char target[272];          /* host:port as requested, for logs and replies */
     char addr[INET6_ADDRSTRLEN];
+    /* the ledger: who asked for what, and what went each way */
+    char client[INET6_ADDRSTRLEN];
+    char host[256];
+    int port;
+    int ledger;                /* allowed by the policy: its counts are owed to the server */
+    int told_request;          /* its request has been counted in a record */
+    const char *approved;      /* the user's approval ("once", "sandbox"), NULL if none */
+    uint64_t ask_id;           /* S_ASKING: the question the server answers */
+    uint64_t out, in, out_told, in_told;
+    char secrets[256];         /* names of the secrets put into its request */
+    char placeholders[256];    /* names whose placeholder went out unchanged (not their host) */
 };
 
 struct rule { char host[256]; int port; int literal; struct in_addr addr; };
@@ -68,6 +98,9 @@ struct rule { char host[256]; int port; int literal; struct in_addr addr; };
 static struct conn conns[MAX_CONNS];
 static struct rule *rules;
 static int nrules;
+static int64_t ask_ms;         /* 0: never ask the server */
+static int tls_done[2] = { -1, -1 };   /* TLS threads hand their connections back here */
+static uint64_t last_ask;
 
 static int64_t now_ms(void)
 {
@@ -158,8 +191,23 @@ static int buf_flush(int fd, struct buf *b)
 
 /* ---- connections and replies ----------------------------------------- */
 
+/* Reports what an allowed connection did since its last record. */
+static void tell(struct conn *c, const char *error)
+{
+    struct report_counts delta = { !c->told_request, c->out - c->out_told, c->in - c->in_told };
+    if (!delta.requests && !delta.bytes_out && !delta.bytes_in && !error)
+        return;
+    const char *secrets = c->told_request ? NULL : c->secrets, *placeholders = c->told_request ? NULL : c->placeholders;
+    report_connection(c->client, c->host, c->port, 1, NULL, error, c->approved, secrets, placeholders, delta);
+    c->told_request = 1;
+    c->out_told = c->out;
+    c->in_told = c->in;
+}
+
 static void close_conn(struct conn *c)
 {
+    if (c->ledger)
+        tell(c, NULL);
     if (c->cfd >= 0)
         close(c->cfd);
     if (c->ufd >= 0)
@@ -194,12 +242,18 @@ static void reply(struct conn *c, const char *status, const char *fmt, ...)
 static void deny(struct conn *c, const char *why)
 {
     logmsg("deny %s %s", c->target, why);
+    report_connection(c->client, c->host, c->port, 0, why, NULL, NULL, NULL, c->placeholders,
+                      (struct report_counts){ 1, 0, 0 });
+    c->ledger = 0;
     reply(c, "403 Forbidden", "cubicle egress policy: %s is not allowed (%s)\n", c->target, why);
 }
 
 static void fail(struct conn *c, const char *why)
 {
     logmsg("fail %s %s", c->target, why);
+    if (c->ledger)
+        tell(c, why);
+    c->ledger = 0;
     reply(c, "502 Bad Gateway", "cubicle proxy: cannot connect to %s: %s\n", c->target, why);
 }
 
@@ -266,19 +320,33 @@ static const struct rule *match_rule(const char *host, int port)
     return NULL;
 }
 
+/* The allowlist refused c's host: ask the server, or refuse now. */
+static void ask_or_deny(struct conn *c)
+{
+    if (!ask_ms) {
+        deny(c, "not in the allow list");
+        return;
+    }
+    c->ask_id = ++last_ask;
+    c->st = S_ASKING;
+    c->deadline = now_ms() + ask_ms;
+    report_ask(c->ask_id, c->client, c->host, c->port);
+}
+
 /* Resolve host and start a nonblocking connect to the first address the
  * policy permits, IPv4 first (Docker bridges rarely route IPv6). */
 static void start_upstream(struct conn *c, const char *host, int port)
 {
-    const struct rule *r = match_rule(host, port);
+    const struct rule *r = c->approved ? NULL : match_rule(host, port);
     struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
     struct addrinfo *res, *pick = NULL;
     char service[8], refused[INET6_ADDRSTRLEN + 48] = "";
 
-    if (nrules && !r) {
-        deny(c, "not in the allow list");
+    if (nrules && !r && !c->approved) {
+        ask_or_deny(c);
         return;
     }
+    c->ledger = 1;
     snprintf(service, sizeof service, "%d", port);
     int err = getaddrinfo(host, service, &hints, &res);
     if (err) {
@@ -328,6 +396,12 @@ static void handle_head(struct conn *c, size_t head_len)
         why = "out of memory";
     else
         why = proxy_parse_request(head, head_len, &req, out.p, BUF_MAX, &out.len);
+    /* plain HTTP: the sandbox's secrets go in here (proxy_secrets.h); the placeholders
+     * of secrets not for this host are only noted */
+    if (!why && !req.tunnel &&
+        secrets_rewrite(c->client, req.host, req.port, 0, out.p, &out.len, BUF_MAX, c->secrets,
+                        sizeof c->secrets, c->placeholders, sizeof c->placeholders))
+        why = "request head too long";
     if (!why && pending(&c->up) && buf_append(&out, c->up.p + c->up.off, pending(&c->up)))
         why = "out of memory";
     buf_free(&c->up);
@@ -337,6 +411,8 @@ static void handle_head(struct conn *c, size_t head_len)
         return;
     }
     c->tunnel = req.tunnel;
+    memcpy(c->host, req.host, sizeof c->host);
+    c->port = req.port;
     int br = strchr(req.host, ':') != NULL;
     snprintf(c->target, sizeof c->target, "%s%s%s:%d", br ? "[" : "", req.host, br ? "]" : "",
              req.port);
@@ -381,7 +457,10 @@ static void upstream_writable(struct conn *c)
     socklen_t len = sizeof err;
 
     if (c->st == S_RELAY) {
-        if (buf_flush(c->ufd, &c->up))
+        size_t before = pending(&c->up);
+        int gone = buf_flush(c->ufd, &c->up);
+        c->out += before - pending(&c->up);
+        if (gone)
             close_conn(c);
         return;
     }
@@ -392,8 +471,30 @@ static void upstream_writable(struct conn *c)
         return;
     }
     logmsg("allow %s (%s)", c->target, c->addr);
-    c->st = S_RELAY;
     c->deadline = 0;
+    if (c->tunnel && secrets_for(c->client, c->host, c->port)) {
+        /* the sandbox's secrets go to this host: TLS ends here (proxy_tls.h) */
+        if (pending(&c->up)) {
+            fail(c, "the client sent data before the tunnel was established");
+            return;
+        }
+        int held = 0;   /* one sandbox must not take every slot and thread from the others */
+        for (int i = 0; i < MAX_CONNS; i++)
+            held += conns[i].st == S_TLS && !strcmp(conns[i].client, c->client);
+        if (held >= TLS_PER_CLIENT) {
+            fail(c, "too many HTTPS connections to secrets' hosts from this sandbox at once");
+            return;
+        }
+        c->st = S_TLS;
+        c->ledger = 0;   /* the thread counts; nothing is told until it is back */
+        if (tls_start((int)(c - conns), c->cfd, c->ufd, c->client, c->host, c->port, tls_done[1])) {
+            c->st = S_CONNECTING;
+            c->ledger = 1;
+            fail(c, "cannot start TLS for the sandbox's secrets");
+        }
+        return;
+    }
+    c->st = S_RELAY;
     if (c->tunnel && buf_append(&c->down, established, sizeof established - 1))
         close_conn(c);
 }
@@ -401,6 +502,8 @@ static void upstream_writable(struct conn *c)
 static void upstream_readable(struct conn *c)
 {
     ssize_t n = buf_read(c->ufd, &c->down, BUF_MAX);
+    if (n > 0)
+        c->in += (uint64_t)n;
     if (n == 0 || n == -1)
         c->u_eof = 1;   /* end or reset: the client gets what arrived, then EOF */
 }
@@ -475,6 +578,8 @@ static void expire(int64_t now)
             continue;
         if (c->st == S_HEAD)
             bad(c, "408 Request Timeout", "no complete request head in time");
+        else if (c->st == S_ASKING)
+            deny(c, "not in the allow list; no answer from the server");
         else if (c->st == S_CONNECTING)
             fail(c, strerror(ETIMEDOUT));
         else
@@ -482,14 +587,66 @@ static void expire(int64_t now)
     }
 }
 
-/* Milliseconds until the nearest deadline (or accept_after), -1 for none. */
-static int poll_timeout(int64_t now, int64_t accept_after)
+/* TLS threads that are done: their connections come back to be told and closed. */
+static void tls_finished(int fd)
+{
+    struct tls_outcome *r;
+    while (read(fd, &r, sizeof r) == sizeof r) {
+        struct conn *c = &conns[r->slot];
+        if (c->st != S_TLS) {
+            free(r);
+            continue;
+        }
+        c->out += r->out;
+        c->in += r->in;
+        snprintf(c->secrets, sizeof c->secrets, "%s", r->secrets);
+        snprintf(c->placeholders, sizeof c->placeholders, "%s", r->placeholders);
+        c->ledger = 1;
+        if (r->error[0]) {
+            logmsg("fail %s %s", c->target, r->error);
+            tell(c, r->error);
+        }
+        close_conn(c);
+        free(r);
+    }
+}
+
+/* Reports the counts of every connection still open. */
+static void tell_open(void)
+{
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (conns[i].st != S_FREE && conns[i].ledger)
+            tell(&conns[i], NULL);
+}
+
+/* Milliseconds until the nearest deadline (or accept_after, or the next
+ * periodic report while a connection is open), -1 for none. */
+static int poll_timeout(int64_t now, int64_t accept_after, int64_t report_at)
 {
     int64_t next = accept_after > now ? accept_after : -1;
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < MAX_CONNS; i++) {
         if (conns[i].st != S_FREE && conns[i].deadline && (next < 0 || conns[i].deadline < next))
             next = conns[i].deadline;
+        if (conns[i].ledger && (next < 0 || report_at < next))
+            next = report_at;
+    }
     return next < 0 ? -1 : next <= now ? 0 : (int)(next - now);
+}
+
+/* The client's address as the server knows the sandbox: numeric, IPv4
+ * rather than IPv4-mapped IPv6 (the listener is dual-stack). */
+static void client_address(const struct sockaddr_storage *peer, char out[INET6_ADDRSTRLEN])
+{
+    const struct sockaddr_in6 *p6 = (const struct sockaddr_in6 *)(const void *)peer;
+    if (peer->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&p6->sin6_addr))
+        inet_ntop(AF_INET, p6->sin6_addr.s6_addr + 12, out, INET6_ADDRSTRLEN);
+    else if (peer->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &p6->sin6_addr, out, INET6_ADDRSTRLEN);
+    else if (peer->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)peer)->sin_addr, out,
+                  INET6_ADDRSTRLEN);
+    else
+        strcpy(out, "unknown");
 }
 
 /* Accept what is waiting.  Beyond MAX_CONNS a client is told so at once
@@ -500,7 +657,9 @@ static int64_t accept_clients(int lfd)
     static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
                                "Connection: close\r\n\r\ncubicle proxy: too many connections\n";
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof peer;
+        int fd = accept4(lfd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM
                    ? now_ms() + 100 : 0;
@@ -516,6 +675,7 @@ static int64_t accept_clients(int lfd)
             continue;
         }
         *c = (struct conn){ .st = S_HEAD, .cfd = fd, .ufd = -1, .deadline = now_ms() + HEAD_MS };
+        client_address(&peer, c->client);
     }
     return 0;
 }
@@ -566,24 +726,100 @@ static int parse_rules(int n, char **args)
 
 /* The server's attach stream: only a pipe or socket is watched, so that run
  * by hand with stdin on /dev/null or a terminal the proxy keeps going. */
-static int watch_stdin(void)
+/* The server's answer to question id.  The verdict and reason are words of
+ * the server's; the texts the client and the ledger see are ours. */
+static void answer(uint64_t id, const char *verdict, const char *why)
+{
+    struct conn *c = conns;
+    while (c < conns + MAX_CONNS && !(c->st == S_ASKING && c->ask_id == id))
+        c++;
+    if (c == conns + MAX_CONNS)
+        return;   /* gone, or refused at the deadline already */
+    if (!strcmp(verdict, "once") || !strcmp(verdict, "sandbox")) {
+        c->approved = !strcmp(verdict, "once") ? "once" : "sandbox";
+        c->st = S_HEAD;   /* as if the head had just come: policy, then connect */
+        c->deadline = 0;
+        logmsg("approved %s (%s)", c->target, c->approved);
+        start_upstream(c, c->host, c->port);
+    } else if (!strcmp(why, "declined")) {
+        deny(c, "not in the allow list; the user declined");
+    } else if (!strcmp(why, "timeout")) {
+        deny(c, "not in the allow list; no answer from the user in time");
+    } else if (!strcmp(why, "unasked")) {
+        deny(c, "not in the allow list; the client cannot ask the user (no elicitation)");
+    } else {
+        deny(c, "not in the allow list");
+    }
+}
+
+static int is_stream(int fd)
 {
     struct stat st;
-    return fstat(STDIN_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+    return fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
+/* Commands from the server, a line each: "sync ID", "answer ID ...", and
+ * "secret ..."/"unsecret ..." (proxy_secrets.h; never logged: they hold
+ * values).  Returns 0, or -1 at EOF (the server let go of us). */
+static int read_commands(int fd)
+{
+    static char line[64 * 1024];
+    static size_t len;
+    ssize_t r = read(fd, line + len, sizeof line - 1 - len);
+    if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+        return -1;
+    if (r < 0)
+        return 0;
+    len += (size_t)r;
+    char *nl;
+    while ((nl = memchr(line, '\n', len))) {
+        *nl = '\0';
+        uint64_t id;
+        char verdict[16], why[16] = "";
+        if (sscanf(line, "sync %" SCNu64, &id) == 1) {
+            tls_finished(tls_done[0]);   /* connections a TLS thread just ended count too */
+            tell_open();
+            report_sync(id);
+        } else if (sscanf(line, "answer %" SCNu64 " %15s %15s", &id, verdict, why) >= 2) {
+            answer(id, verdict, why);
+        } else if (!strncmp(line, "secret ", 7) || !strncmp(line, "unsecret ", 9)) {
+            if (secrets_command(line))
+                logmsg("a malformed secret command was ignored");
+        } else if (!strncmp(line, "trust ", 6) || !strncmp(line, "ca ", 3) || !strncmp(line, "unca ", 5)) {
+            if (tls_command(line))
+                logmsg("a malformed %.5s command was ignored", line);
+        }
+        explicit_bzero(line, (size_t)(nl + 1 - line));
+        len -= (size_t)(nl + 1 - line);
+        memmove(line, nl + 1, len);
+    }
+    if (len == sizeof line - 1)
+        len = 0;   /* no command is this long */
+    return 0;
 }
 
 int proxy_main(int argc, char **argv)
 {
-    static struct pollfd pfd[2 + 2 * MAX_CONNS];
-    static int owner[2 + 2 * MAX_CONNS];   /* slot -> connection index */
+    static struct pollfd pfd[4 + 2 * MAX_CONNS];
+    static int owner[4 + 2 * MAX_CONNS];   /* slot -> connection index */
     int port = argc >= 1 ? proxy_parse_port(argv[0], strlen(argv[0])) : -1;
     int64_t accept_after = 0;
 
     if (port < 0) {
-        fprintf(stderr, "usage: cubicle-agent --proxy PORT [HOST[:PORT] ...]\n");
+        fprintf(stderr, "usage: cubicle-agent --proxy PORT [--ask=SECONDS] [HOST[:PORT] ...]\n");
         return 2;
     }
-    if (parse_rules(argc - 1, argv + 1))
+    int first_rule = 1;
+    if (argc > 1 && !strncmp(argv[1], "--ask=", 6)) {
+        int s = proxy_parse_port(argv[1] + 6, strlen(argv[1] + 6));   /* 1..65535 seconds will do */
+        if (s < 0) {
+            fprintf(stderr, "cubicle-proxy: bad %s (want --ask=SECONDS)\n", argv[1]);
+            return 2;
+        }
+        ask_ms = (int64_t)s * 1000;
+        first_rule = 2;
+    }
+    if (parse_rules(argc - first_rule, argv + first_rule))
         return 2;
     signal(SIGPIPE, SIG_IGN);
     /* resolution blocks every connection: give up on a silent server soon */
@@ -595,14 +831,25 @@ int proxy_main(int argc, char **argv)
     }
     for (int i = 0; i < MAX_CONNS; i++)
         conns[i] = (struct conn){ .st = S_FREE, .cfd = -1, .ufd = -1 };
-    int in_fd = watch_stdin() ? STDIN_FILENO : -1;
+    if (pipe2(tls_done, O_CLOEXEC) || fcntl(tls_done[0], F_SETFL, O_NONBLOCK)) {
+        perror("cubicle-proxy: pipe");
+        return 1;
+    }
+    int in_fd = is_stream(STDIN_FILENO) ? STDIN_FILENO : -1;
+    int out_fd = STDOUT_FILENO;
+    if (is_stream(out_fd))   /* a server slow to read must not stall the connections */
+        fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
+    int64_t report_at = now_ms() + REPORT_MS;
     logmsg("listening on port %d, %d allow rule(s)", port, nrules);
 
     for (;;) {
         int64_t now = now_ms();
-        size_t n = 2;
+        size_t n = 4;
         pfd[0] = (struct pollfd){ now < accept_after ? -1 : lfd, POLLIN, 0 };
         pfd[1] = (struct pollfd){ in_fd, POLLIN, 0 };
+        int64_t due = out_fd >= 0 ? report_due(now) : -1;
+        pfd[2] = (struct pollfd){ due >= 0 && due <= now ? out_fd : -1, POLLOUT, 0 };
+        pfd[3] = (struct pollfd){ tls_done[0], POLLIN, 0 };
         for (int i = 0; i < MAX_CONNS; i++) {
             if (conns[i].st == S_FREE)
                 continue;
@@ -612,7 +859,10 @@ int proxy_main(int argc, char **argv)
             owner[n] = i;
             pfd[n++] = (struct pollfd){ ue ? conns[i].ufd : -1, ue, 0 };
         }
-        if (poll(pfd, n, poll_timeout(now, accept_after)) < 0) {
+        int timeout = poll_timeout(now, accept_after, report_at);
+        if (due > now && (timeout < 0 || due - now < timeout))
+            timeout = (int)(due - now);
+        if (poll(pfd, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
             perror("cubicle-proxy: poll");
@@ -620,19 +870,26 @@ int proxy_main(int argc, char **argv)
         }
         /* Nothing is accepted until the pass is over, so a slot's fd still
          * belongs to its connection unless that one closed it. */
-        for (size_t i = 2; i < n; i++) {
+        for (size_t i = 4; i < n; i++) {
             struct conn *c = &conns[owner[i]];
             if (pfd[i].revents && c->st != S_FREE && (pfd[i].fd == c->cfd || pfd[i].fd == c->ufd))
                 service(c, pfd[i].fd, pfd[i].events, pfd[i].revents);
         }
-        if (pfd[1].revents) {
-            char junk[256];
-            ssize_t r = read(in_fd, junk, sizeof junk);
-            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
-                return 0;   /* the server let go of us */
-        }
+        if (pfd[3].revents)
+            tls_finished(tls_done[0]);
+        if (pfd[1].revents && read_commands(in_fd))
+            return 0;   /* the server let go of us */
         if (pfd[0].revents)
             accept_after = accept_clients(lfd);
-        expire(now_ms());
+        now = now_ms();
+        expire(now);
+        if (now >= report_at) {
+            tell_open();
+            report_at = now + REPORT_MS;
+        }
+        /* records are written when due (a sync or ask at once), not only when poll says so */
+        due = out_fd >= 0 ? report_due(now) : -1;
+        if (due >= 0 && due <= now && report_flush(out_fd))
+            out_fd = -1;
     }
 }

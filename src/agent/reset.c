@@ -12,7 +12,6 @@
  * container: failing is always safe, only slower. */
 #include "reset.h"
 #include "cgroup.h"
-#include "diskquota.h"
 #include "memory.h"
 #include "paths.h"
 
@@ -459,8 +458,6 @@ void reset_verify(char *buf, size_t size, pid_t keep, void (*reap)(void))
             note(&r, "the memory limit was hit (OOM)");
         if (memory_kills())
             note(&r, "the programs' memory limit was hit");
-        if (diskquota_kills())
-            note(&r, "the workspace's disk quota was hit");
         if (now.pids_max != baseline.pids_max)
             note(&r, "the process limit was hit");
         /* the zygote started after the snapshot; it keeps its memory */

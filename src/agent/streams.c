@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -63,17 +62,7 @@ size_t streams_count(void)
     return n;
 }
 
-static void error_frame(uint32_t id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void error_frame(uint32_t id, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    send_frame(CUBICLE_FRAME_ERROR, id, msg, n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-}
+#define error_frame(id, ...) wire_send_error(send_frame, (id), __VA_ARGS__)
 
 static void forget(struct stream *s)
 {

@@ -1,5 +1,7 @@
 #include "wire.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,16 @@ static void put_be32(unsigned char *p, uint32_t v)
     p[1] = (unsigned char)(v >> 16);
     p[2] = (unsigned char)(v >> 8);
     p[3] = (unsigned char)v;
+}
+
+void wire_send_error(wire_send_fn send, uint32_t id, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    send(CUBICLE_FRAME_ERROR, id, msg, n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
 }
 
 void wire_put_header(unsigned char *out, uint8_t type, uint32_t id, size_t len)

@@ -15,6 +15,12 @@ struct frame_header {
     uint32_t id;
 };
 
+/* How a frame goes out (the agent has one writer). */
+typedef void (*wire_send_fn)(uint8_t type, uint32_t id, const void *data, size_t len);
+
+/* Sends an ERROR frame for `id` through `send`: the text printf-style, cut at 1 KiB. */
+void wire_send_error(wire_send_fn send, uint32_t id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Encodes a header into out[CUBICLE_FRAME_HEADER_SIZE]. */
 void wire_put_header(unsigned char *out, uint8_t type, uint32_t id, size_t len);
 

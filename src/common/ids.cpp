@@ -1,5 +1,7 @@
 #include "common/ids.hpp"
 
+#include "common/hex.hpp"
+
 #include <sys/random.h>
 
 #include <stdexcept>
@@ -12,13 +14,7 @@ std::string random_hex(std::size_t bytes) {
     if (getrandom(raw.data(), raw.size(), 0) != static_cast<ssize_t>(raw.size())) {
         throw std::runtime_error("getrandom failed");
     }
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : raw) {
-        out += digits[c >> 4];
-        out += digits[c & 15];
-    }
-    return out;
+    return to_hex(std::string_view(reinterpret_cast<const char*>(raw.data()), raw.size()));
 }
 
 } // namespace cubicle

@@ -12,6 +12,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -210,6 +211,7 @@ struct Client::Impl {
     std::unique_ptr<Transport> transport;  // before `idle`: idle connections close first
     std::string api_version{min_api};
     Engine engine;
+    std::optional<DaemonInfo> info;  // what /info said at connect()
     std::vector<Socket> idle;
 
     // One request and its answer on an open connection.
@@ -303,10 +305,31 @@ asio::awaitable<void> Client::connect() {
     if (exchange.reusable && impl_->idle.size() < max_idle_connections) impl_->idle.push_back(std::move(exchange.socket));
     // Which engine this is decides how its answers read (engine.hpp); an engine
     // that cannot say is taken for Docker.
-    auto version_answer = co_await request("GET", "/version");
-    auto info_answer = co_await request("GET", "/info");
+    // Both at once: a server's first sandbox waits for them.
+    using namespace asio::experimental::awaitable_operators;
+    // Neither throws, so that one's failure cancels the other and the error said is
+    // the failure, not the other's "Operation canceled" (nor Asio's "multiple exceptions").
+    using Answer = std::pair<Response, std::exception_ptr>;
+    auto get = [this](std::string target) -> asio::awaitable<Answer> {
+        try {
+            co_return Answer{co_await request("GET", std::move(target)), nullptr};
+        } catch (...) {
+            co_return Answer{Response{}, std::current_exception()};
+        }
+    };
+    auto [version_got, info_got] = co_await (get("/version") && get("/info"));
+    for (const auto& failure : {version_got.second, info_got.second}) {
+        if (failure) std::rethrow_exception(failure);
+    }
+    auto& version_answer = version_got.first;
+    auto& info_answer = info_got.first;
     impl_->engine = parse_engine(version_answer.status == 200 ? version_answer.body : std::string(),
                                  info_answer.status == 200 ? info_answer.body : std::string());
+    impl_->info.reset();
+    if (info_answer.status == 200) {
+        impl_->info = parse_daemon_info(info_answer.body);
+        impl_->info->api_version = impl_->api_version;
+    }
 }
 
 const Engine& Client::engine() const { return impl_->engine; }
@@ -486,12 +509,15 @@ asio::awaitable<std::string> Client::create_network(std::string config_json) {
     co_return std::string(id);
 }
 
-asio::awaitable<void> Client::connect_network(std::string network, std::string container_id, std::vector<std::string> aliases) {
+asio::awaitable<void> Client::connect_network(std::string network, std::string container_id, std::vector<std::string> aliases,
+                                              std::string address) {
     json::Writer w;
     w.begin_object().field("Container", container_id);
     w.key("EndpointConfig").begin_object().key("Aliases").begin_array();
     for (const auto& alias : aliases) w.value(alias);
-    w.end_array().end_object().end_object();
+    w.end_array();
+    if (!address.empty()) w.key("IPAMConfig").begin_object().field("IPv4Address", address).end_object();
+    w.end_object().end_object();
     check(co_await request("POST", "/networks/" + url_encode(network) + "/connect", w.take()),
           fmt::format("connecting the container to network {} failed", network));
 }
@@ -506,6 +532,18 @@ asio::awaitable<void> Client::disconnect_network(std::string network, std::strin
 asio::awaitable<void> Client::remove_network(std::string network) {
     auto res = co_await request("DELETE", "/networks/" + url_encode(network));
     if (res.status != 404) check(res, fmt::format("removing network {} failed", network));
+}
+
+asio::awaitable<std::string> Client::network_gateway(std::string network) {
+    auto res = check(co_await request("GET", "/networks/" + url_encode(network)), fmt::format("inspecting network {} failed", network));
+    json::Document doc;
+    simdjson::dom::array entries;
+    std::string_view gateway;
+    if (doc.parse(res.body) || doc.root()["IPAM"]["Config"].get(entries) != simdjson::SUCCESS) co_return std::string();
+    for (auto entry : entries) {
+        if (entry["Gateway"].get(gateway) == simdjson::SUCCESS && !gateway.empty()) co_return std::string(gateway);
+    }
+    co_return std::string();
 }
 
 asio::awaitable<std::vector<ContainerSummary>> Client::list_networks(std::string label_filter) {
@@ -612,6 +650,8 @@ DaemonInfo parse_daemon_info(std::string_view info_json) {
 }
 
 asio::awaitable<DaemonInfo> Client::info() {
+    // connect() asked already: start-up needs it once, not twice.
+    if (impl_->info) co_return *impl_->info;
     auto res = check(co_await request("GET", "/info"), "reading daemon info failed");
     auto out = parse_daemon_info(res.body);
     out.api_version = impl_->api_version;

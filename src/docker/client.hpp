@@ -120,9 +120,13 @@ public:
     // Networks: an internal (no route out) bridge network of our own, joining one (known on it
     // by `aliases` too, running or not), leaving one (not on it is no error), removing it.
     asio::awaitable<std::string> create_network(std::string config_json);
-    asio::awaitable<void> connect_network(std::string network, std::string container_id, std::vector<std::string> aliases = {});
+    // `address`: the container's IPv4 address there (a network with a subnet of its own); empty, the Engine's choice.
+    asio::awaitable<void> connect_network(std::string network, std::string container_id, std::vector<std::string> aliases = {},
+                                          std::string address = {});
     asio::awaitable<void> disconnect_network(std::string network, std::string container_id);
     asio::awaitable<void> remove_network(std::string network);
+    // The address of the network's gateway (its first IPAM entry); empty when it has none.
+    asio::awaitable<std::string> network_gateway(std::string network);
     // Ids of networks carrying `label_filter` with their labels.
     asio::awaitable<std::vector<ContainerSummary>> list_networks(std::string label_filter);
     // Named volumes: creating one (POST /volumes/create, an existing name is no error on

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 
 #include "common/file_text.hpp"
+#include "common/hex.hpp"
 #include "common/json.hpp"
 #include "config.hpp"
 
@@ -122,14 +122,7 @@ Endpoint from_context(std::string_view name, std::string_view name_origin, const
 
 } // namespace
 
-std::string context_id(std::string_view name) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int size = 0;
-    EVP_Digest(name.data(), name.size(), digest, &size, EVP_sha256(), nullptr);
-    std::string out;
-    for (unsigned i = 0; i < size; ++i) out += fmt::format("{:02x}", digest[i]);
-    return out;
-}
+std::string context_id(std::string_view name) { return sha256_hex(name); }
 
 std::string Endpoint::describe() const {
     auto host_port = [this] {

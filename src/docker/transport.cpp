@@ -1,4 +1,5 @@
 #include "docker/transport.hpp"
+#include "docker/tls_relay.hpp"
 
 #include <algorithm>
 #include <list>
@@ -533,6 +534,16 @@ std::unique_ptr<Transport> Transport::make(asio::any_io_executor, const Endpoint
         return std::make_unique<TcpTransport>(endpoint);
     }
     throw std::invalid_argument("unknown endpoint kind");
+}
+
+Transport::Socket relay_tls(asio::ip::tcp::socket tcp, ssl_st* ssl) {
+    auto executor = tcp.get_executor();
+    asio::local::stream_protocol::socket ours(executor), theirs(executor);
+    asio::local::connect_pair(ours, theirs);
+    auto link = std::make_shared<TlsLink>(TlsLink{std::move(tcp), std::move(theirs), std::unique_ptr<SSL, SslFree>(ssl)});
+    asio::co_spawn(executor, relay_up(link), asio::detached);
+    asio::co_spawn(executor, relay_down(link), asio::detached);
+    return as_generic(ours);
 }
 
 } // namespace cubicle::docker

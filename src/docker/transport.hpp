@@ -17,6 +17,8 @@
 
 #include "docker/endpoint.hpp"
 
+struct ssl_st;
+
 namespace cubicle::docker {
 
 class RawStream;

@@ -160,8 +160,16 @@ public:
         if (process_ && !exited_) ::kill(process_->id(), SIGTERM);
     }
 
-    void start(const std::vector<std::string>& args) {
+    void start(std::vector<std::string> args) {
         auto program = bp::environment::find_executable("mmdebstrap");
+        // In a mount namespace of its own: the chroot's /proc, /sys and /dev mounts are then
+        // nobody else's. On the host's shared mounts a container started meanwhile gets
+        // copies of them, and mmdebstrap's unmounting fails ("target is busy"), then its tar.
+        // (unshare execs mmdebstrap: the process is mmdebstrap's, its exit status too.)
+        if (auto unshare = bp::environment::find_executable("unshare"); !unshare.empty()) {
+            args.insert(args.begin(), {"--mount", "--propagation", "private", "--", program.string()});
+            program = unshare;
+        }
         process_.emplace(executor_, program, args, bp::process_stdio{nullptr, out_, *err_}, CloseInheritedDescriptors{});
         asio::co_spawn(executor_, read_log(err_, log_), asio::detached);
     }

@@ -242,7 +242,7 @@ Session::Session(asio::any_io_executor executor, ServerInfo info, std::vector<To
     tasks_ = std::make_shared<TaskStore>(executor_);
 }
 
-Session::~Session() = default;
+Session::~Session() { close_outbound(); }
 
 void Session::set_tasks(std::shared_ptr<TaskStore> store) {
     tasks_ = std::move(store);
@@ -327,7 +327,8 @@ void Session::handle_element(std::shared_ptr<Request> request, simdjson::dom::el
     std::string_view method;
     if (message["method"].get(method) != simdjson::SUCCESS) {
         if (!message["result"].error() || !message["error"].error()) {
-            settle(*request, {});  // a response to a request of ours (we send none): nothing to say
+            take_response(*request, message);
+            settle(*request, {});  // a response to a request of ours: nothing to say back
             return;
         }
         reply_error(*request, error_code::invalid_request, "Invalid Request: method is missing");
@@ -493,6 +494,10 @@ void Session::initialize(const Request& request) {
     }
     // Answer with the client's revision when we speak it, else our newest handshake one.
     protocol_version_ = is_handshake_version(asked) ? std::string(asked) : supported_versions()[1];
+    // Elicitation: {} (form, before 2025-11-25) or {"form": {}, ...}; url mode alone is no form.
+    simdjson::dom::object elicitation;
+    client_elicits_ = request.params["capabilities"]["elicitation"].get(elicitation) == simdjson::SUCCESS &&
+                      (elicitation.size() == 0 || !elicitation["form"].error());
     json::Writer w;
     w.begin_object().field("protocolVersion", protocol_version_);
     w.key("capabilities").begin_object();
@@ -632,8 +637,56 @@ void Session::call_tool(std::shared_ptr<Request> request) {
             if (auto alive = weak.lock()) alive->cancellation()->cancel();
         });
     }
+    // Server-to-client requests ride on the call's own stream (stdio, or the POST's SSE
+    // stream); the stateless revision has none.
+    if (client_elicits_ && !request->stateless) {
+        context->set_elicitation([outbound = std::weak_ptr<Outbounds>(outbound_), executor = executor_, send = request->peer.send,
+                                  scope = request->peer.scope](std::string method, std::string params, std::chrono::milliseconds timeout) {
+            return ask_client(outbound.lock(), executor, send, scope, std::move(method), std::move(params), timeout);
+        });
+    }
     in_flight_[request->peer.scope + request->id] = context;
     asio::co_spawn(executor_, run_tool(&*tool, request), report_failure);
+}
+
+struct Session::Outbound {
+    explicit Outbound(asio::any_io_executor executor) : timer(std::move(executor)) {}
+    asio::steady_timer timer;
+    std::optional<std::string> result;  // serialized; stays empty for an error response
+};
+
+asio::awaitable<std::optional<std::string>> Session::ask_client(std::shared_ptr<Outbounds> outbound, asio::any_io_executor executor,
+                                                                std::function<void(std::string)> send, std::string scope,
+                                                                std::string method, std::string params_json,
+                                                                std::chrono::milliseconds timeout) {
+    if (!outbound || outbound->closed) co_return std::nullopt;
+    // Our ids are strings of our own, so they never meet the client's numbers.
+    auto id = fmt::format("\"cubicle-{}\"", ++outbound->next);
+    auto key = scope + "\n" + id;
+    auto pending = std::make_shared<Outbound>(executor);
+    pending->timer.expires_after(timeout);
+    outbound->pending[key] = pending;
+    json::Writer w;
+    w.begin_object().field("jsonrpc", "2.0").key("id").raw(id).field("method", method).key("params").raw(params_json).end_object();
+    send(w.take());
+    co_await pending->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    outbound->pending.erase(key);
+    co_return std::move(pending->result);
+}
+
+void Session::close_outbound() {
+    outbound_->closed = true;
+    for (auto& [key, pending] : outbound_->pending) pending->timer.cancel();
+}
+
+void Session::take_response(const Request& response, simdjson::dom::object message) {
+    auto it = outbound_->pending.find(response.peer.scope + "\n" + response.id);
+    if (it == outbound_->pending.end()) return;  // late, or not ours
+    auto pending = it->second;
+    outbound_->pending.erase(it);
+    simdjson::dom::element result;
+    if (message["result"].get(result) == simdjson::SUCCESS) pending->result = json::to_string(result);
+    pending->timer.cancel();
 }
 
 asio::awaitable<void> Session::run_tool(const Tool* tool, std::shared_ptr<Request> request) {
@@ -842,6 +895,7 @@ void Session::settle(const Request& request, std::string message) {
 asio::awaitable<void> Session::shutdown() {
     shutting_down_ = true;
     for (auto& [id, context] : in_flight_) context->cancellation()->cancel();
+    close_outbound();
     // Tasks shared with other Sessions outlive this one; its own end with it.
     if (owns_tasks_) tasks_->cancel_all();
     asio::steady_timer timer(executor_);

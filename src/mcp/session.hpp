@@ -8,6 +8,8 @@
 // request outlives it, so a transport may give many clients one Session.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -110,6 +112,23 @@ private:
     void handle_task_request(std::shared_ptr<Request> request);
     asio::awaitable<void> task_result(std::shared_ptr<Request> request, std::shared_ptr<Task> task);
     bool tasks_negotiated() const;
+    // Requests of ours to the client (elicitation), answered by its responses. The waits
+    // share the table with the Session, not the Session itself: a question may outlive the
+    // call that asked it (the egress proxy's) and the Session (a client that leaves).
+    struct Outbound;
+    struct Outbounds {
+        std::map<std::string, std::shared_ptr<Outbound>> pending;  // by scope and serialized id
+        std::uint64_t next = 0;
+        bool closed = false;  // the Session ended: nothing more is asked
+    };
+    static asio::awaitable<std::optional<std::string>> ask_client(std::shared_ptr<Outbounds> outbound, asio::any_io_executor executor,
+                                                                  std::function<void(std::string)> send, std::string scope,
+                                                                  std::string method, std::string params_json,
+                                                                  std::chrono::milliseconds timeout);
+    // Ends every wait: no answer will come.
+    void close_outbound();
+    // A response from the client: to the request of ours it answers, if one waits.
+    void take_response(const Request& response, simdjson::dom::object message);
 
     enum class Caching { none, cacheable };
     // `extra_meta`: serialized members for a stateless result's _meta, beside the server's identity.
@@ -133,6 +152,8 @@ private:
     // Handshake-era state: the agreed revision and the client's log level.
     std::string protocol_version_;
     std::unique_ptr<log::Subscription> log_subscription_;
+    bool client_elicits_ = false;  // the client declared form-mode elicitation at initialize
+    std::shared_ptr<Outbounds> outbound_ = std::make_shared<Outbounds>();
     bool forward_logs_ = true;
 };
 

@@ -1,6 +1,7 @@
 // A tool as the protocol sees it: name, schemas, annotations and a handler.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,6 +50,12 @@ struct RequestLogging {
     std::optional<log::Level> level;  // request-scoped only
 };
 
+// Sends a request to the client (its method and serialized params) and waits at most
+// `timeout` for the answer: the serialized result, or nullopt (no answer in time, an
+// error response, the client gone).
+using ClientRequester = std::function<boost::asio::awaitable<std::optional<std::string>>(
+    std::string method, std::string params_json, std::chrono::milliseconds timeout)>;
+
 // The per-request side of a tool call: progress, cancellation, logging.
 class RequestContext {
 public:
@@ -67,6 +74,13 @@ public:
     // Who asked: sandboxes belong to the principal that created them.
     const std::string& principal() const { return principal_; }
     void set_principal(std::string principal) { principal_ = std::move(principal); }
+    // Whether the user can be asked through the client (it declared form elicitation).
+    bool can_elicit() const { return static_cast<bool>(elicit_); }
+    // elicitation/create with `params_json`; see ClientRequester. Only when can_elicit().
+    boost::asio::awaitable<std::optional<std::string>> elicit(std::string params_json, std::chrono::milliseconds timeout) {
+        return elicit_("elicitation/create", std::move(params_json), timeout);
+    }
+    void set_elicitation(ClientRequester requester) { elicit_ = std::move(requester); }
 
 private:
     std::function<void(std::string)> send_;
@@ -74,6 +88,7 @@ private:
     RequestLogging logging_;
     std::shared_ptr<Cancellation> cancellation_;
     std::string principal_;
+    ClientRequester elicit_;
 };
 
 using ToolHandler = std::function<boost::asio::awaitable<ToolResult>(simdjson::dom::element arguments,

@@ -2,24 +2,11 @@
 
 #include <algorithm>
 
-#include <openssl/evp.h>
-
 #include <fmt/format.h>
 
 #include "common/errors.hpp"
 
 namespace cubicle::projects {
-
-std::string sha256_hex(std::string_view data) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1)
-        throw std::runtime_error("SHA-256 failed");
-    std::string hex;
-    hex.reserve(length * 2);
-    for (unsigned i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
-    return hex;
-}
 
 void Baseline::record(std::string file_path, bool link, unsigned mode, double mtime, std::string data) {
     auto hash = sha256_hex(data);

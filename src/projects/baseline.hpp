@@ -16,11 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hex.hpp"  // sha256_hex: a baseline file's digest
+
 namespace cubicle::projects {
 
 class IgnoreRules;
-
-std::string sha256_hex(std::string_view data);
 
 struct BaselineFile {
     bool link = false;   // a symbolic link; `data` is its target

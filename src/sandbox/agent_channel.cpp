@@ -65,21 +65,21 @@ void remove_dead(const std::string& base) {
 
 } // namespace
 
-struct AgentChannel::Listener {
+struct SocketChannel::Listener {
     explicit Listener(asio::any_io_executor executor) : acceptor(executor) {}
     local::acceptor acceptor;
 };
 
-AgentChannel::AgentChannel(std::string path, std::unique_ptr<Listener> listener)
+SocketChannel::SocketChannel(std::string path, std::unique_ptr<Listener> listener)
     : path_(std::move(path)), listener_(std::move(listener)) {}
 
-AgentChannel::~AgentChannel() {
+SocketChannel::~SocketChannel() {
     boost::system::error_code ignored;
     listener_->acceptor.close(ignored);
     ::unlink(path_.c_str());
 }
 
-asio::awaitable<std::unique_ptr<docker::RawStream>> AgentChannel::accept(std::chrono::milliseconds timeout) {
+asio::awaitable<std::unique_ptr<docker::RawStream>> SocketChannel::accept(std::chrono::milliseconds timeout) {
     auto& acceptor = listener_->acceptor;
     asio::steady_timer timer(acceptor.get_executor());
     timer.expires_after(timeout);
@@ -126,9 +126,9 @@ AgentChannels::~AgentChannels() {
     fs::remove_all(dir_, ec);
 }
 
-std::unique_ptr<AgentChannel> AgentChannels::listen(asio::any_io_executor executor) const {
+std::unique_ptr<SocketChannel> AgentChannels::listen(asio::any_io_executor executor) const {
     auto path = fmt::format("{}/{}.sock", dir_, random_hex(name_bytes));
-    auto listener = std::make_unique<AgentChannel::Listener>(executor);
+    auto listener = std::make_unique<SocketChannel::Listener>(executor);
     boost::system::error_code ec;
     if (path.size() >= sizeof(sockaddr_un::sun_path)) ec = boost::asio::error::name_too_long;
     if (!ec) listener->acceptor.open(local(), ec);
@@ -142,7 +142,7 @@ std::unique_ptr<AgentChannel> AgentChannels::listen(asio::any_io_executor execut
         ::unlink(path.c_str());
         return nullptr;
     }
-    return std::unique_ptr<AgentChannel>(new AgentChannel(std::move(path), std::move(listener)));
+    return std::unique_ptr<SocketChannel>(new SocketChannel(std::move(path), std::move(listener)));
 }
 
 } // namespace cubicle::sandbox

@@ -19,24 +19,46 @@
 
 namespace cubicle::sandbox {
 
-// One sandbox's socket. It stays (not listening) as long as its container: the
-// engine's archive calls mount the container's binds again, and fail without it.
+// How a container reaches its agent's channel (policy.hpp's container_config).
+struct AgentWiring {
+    std::string socket_path;  // a socket to bind-mount at CUBICLE_AGENT_CHANNEL
+    std::string network;      // dialing home: the network to join
+    std::string dial;         // and CUBICLE_AGENT_DIAL's value
+};
+
+// Where one sandbox's agent connects to the server, once, before any program runs:
+// a socket mounted into its container (below) or the server's TLS endpoint (dial_home.hpp).
 class AgentChannel {
 public:
-    ~AgentChannel();  // stops listening and removes the socket
-    AgentChannel(const AgentChannel&) = delete;
-    AgentChannel& operator=(const AgentChannel&) = delete;
+    virtual ~AgentChannel() = default;
+    virtual AgentWiring wiring() const = 0;
+    virtual const char* kind() const = 0;  // as get_sandbox_status names it
+    // The agent's connection (made before its hello said so, so no wait is expected);
+    // nothing else can connect as this sandbox's agent after it.
+    // Throws ToolError when none comes within `timeout`.
+    virtual boost::asio::awaitable<std::unique_ptr<docker::RawStream>> accept(std::chrono::milliseconds timeout) = 0;
+    // The agent said it speaks over its attach stream: nothing may take the channel now.
+    virtual void forgo() {}
+};
+
+// One sandbox's socket. It stays (not listening) as long as its container: the
+// engine's archive calls mount the container's binds again, and fail without it.
+class SocketChannel : public AgentChannel {
+public:
+    ~SocketChannel() override;  // stops listening and removes the socket
+    SocketChannel(const SocketChannel&) = delete;
+    SocketChannel& operator=(const SocketChannel&) = delete;
 
     const std::string& path() const { return path_; }
-    // The agent's connection (made before its hello said so, so no wait is expected);
-    // stops listening, so that nothing in the container can connect after it.
-    // Throws ToolError when none comes within `timeout`.
-    boost::asio::awaitable<std::unique_ptr<docker::RawStream>> accept(std::chrono::milliseconds timeout);
+    AgentWiring wiring() const override { return {.socket_path = path_}; }
+    const char* kind() const override { return "socket"; }
+    // Stops listening once connected, so that nothing in the container can connect after it.
+    boost::asio::awaitable<std::unique_ptr<docker::RawStream>> accept(std::chrono::milliseconds timeout) override;
 
 private:
     friend class AgentChannels;
     struct Listener;
-    AgentChannel(std::string path, std::unique_ptr<Listener> listener);
+    SocketChannel(std::string path, std::unique_ptr<Listener> listener);
     std::string path_;
     std::unique_ptr<Listener> listener_;
 };
@@ -58,7 +80,7 @@ public:
 
     const std::string& path() const { return dir_; }
     // Listens at DIR/RANDOM.sock; nullptr (and a warning) when it cannot.
-    std::unique_ptr<AgentChannel> listen(boost::asio::any_io_executor executor) const;
+    std::unique_ptr<SocketChannel> listen(boost::asio::any_io_executor executor) const;
 
 private:
     explicit AgentChannels(std::string dir) : dir_(std::move(dir)) {}

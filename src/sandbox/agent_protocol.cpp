@@ -59,19 +59,16 @@ std::string encode_save(std::uint32_t id, std::uint64_t cap, std::string_view di
 
 std::optional<ExitStatus> parse_exit(std::string_view payload) {
     ExitStatus status;
-    // The last field (disk_limit) is absent from an agent older than it: a saved
-    // sandbox's container may still run one.
-    std::int64_t fields[8] = {};
-    constexpr std::size_t required = 7;
+    std::int64_t fields[7] = {};
     const char* p = payload.data();
     const char* end = p + payload.size();
     for (std::size_t i = 0; i < std::size(fields); ++i) {
         while (p < end && *p == ' ') ++p;
-        if (i == required && p == end) break;
         auto [next, ec] = std::from_chars(p, end, fields[i]);
         if (ec != std::errc()) return std::nullopt;
         p = next;
     }
+    if (p != end) return std::nullopt;  // exactly these fields
     status.exit_code = static_cast<int>(fields[0]);
     status.signal = static_cast<int>(fields[1]);
     status.timed_out = fields[2] != 0;
@@ -79,7 +76,6 @@ std::optional<ExitStatus> parse_exit(std::string_view payload) {
     status.duration_us = static_cast<std::uint64_t>(fields[4]);
     status.max_rss_kb = static_cast<std::uint64_t>(fields[5]);
     status.memory_limit = fields[6] != 0;
-    status.disk_limit = fields[7] != 0;
     return status;
 }
 

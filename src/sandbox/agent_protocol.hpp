@@ -19,13 +19,12 @@ enum class FrameType : std::uint8_t { CUBICLE_FRAME_TYPES(CUBICLE_FRAME_CXX_) };
 constexpr std::size_t header_size = CUBICLE_FRAME_HEADER_SIZE;
 constexpr std::uint32_t max_payload = CUBICLE_FRAME_MAX_PAYLOAD;
 // argv[0] of the runs the agent serves itself (agent/changed.h, agent/remove.h,
-// agent/search.h, agent/textfile.h, agent/diskquota.h).
+// agent/search.h, agent/textfile.h).
 constexpr std::string_view builtin_changed_files = CUBICLE_BUILTIN_CHANGED_FILES;
 constexpr std::string_view builtin_remove = CUBICLE_BUILTIN_REMOVE;
 constexpr std::string_view builtin_search = CUBICLE_BUILTIN_SEARCH;
 constexpr std::string_view builtin_read_file = CUBICLE_BUILTIN_READ_FILE;
 constexpr std::string_view builtin_replace_file = CUBICLE_BUILTIN_REPLACE_FILE;
-constexpr std::string_view builtin_disk_usage = CUBICLE_BUILTIN_DISK_USAGE;
 
 struct Frame {
     FrameType type;
@@ -61,7 +60,6 @@ struct ExitStatus {
     std::uint64_t duration_us = 0;
     std::uint64_t max_rss_kb = 0;
     bool memory_limit = false;  // a process of the run was killed at the programs' memory limit
-    bool disk_limit = false;    // ... or at the workspace's disk quota (agent/diskquota.h)
 };
 
 std::optional<ExitStatus> parse_exit(std::string_view payload);

@@ -159,6 +159,14 @@ std::optional<store::SavedSandbox> Keeper::take_by_id(const std::string& owner, 
     return current;
 }
 
+bool Keeper::saving(const std::string& owner, const std::string& name) const {
+    auto who = qualified(owner);
+    for (const auto& [id, entry] : held_) {
+        if (entry.saving && entry.saved.owner == who && entry.saved.name == name) return true;
+    }
+    return false;
+}
+
 const store::SavedSandbox* Keeper::held(const std::string& sandbox_id) const {
     auto it = held_.find(sandbox_id);
     return it == held_.end() ? nullptr : &it->second.saved;
@@ -167,6 +175,7 @@ const store::SavedSandbox* Keeper::held(const std::string& sandbox_id) const {
 void Keeper::save(const std::string& sandbox_id, std::optional<std::uint64_t> size_bytes, const std::string& reason) {
     auto it = held_.find(sandbox_id);
     if (it == held_.end()) return;
+    it->second.saving = true;
     auto& saved = it->second.saved;
     if (size_bytes) saved.size_bytes = *size_bytes;
     saved.last_used = now_s();
@@ -215,8 +224,10 @@ std::vector<Keeper::Listed> Keeper::list(const std::string& owner) {
     std::vector<Listed> out;
     if (!exists()) return out;
     for (auto& saved : records()) {
-        if (saved.owner != qualified(owner) || held_.count(saved.sandbox_id)) continue;
-        bool elsewhere = store().held(store::sandboxes, saved.sandbox_id);
+        if (saved.owner != qualified(owner)) continue;
+        auto here = held_.find(saved.sandbox_id);
+        if (here != held_.end() && !here->second.saving) continue;  // live: listed as a sandbox
+        bool elsewhere = here == held_.end() && store().held(store::sandboxes, saved.sandbox_id);
         out.push_back({std::move(saved), elsewhere});
     }
     return out;

@@ -51,8 +51,11 @@ public:
 
     // Whether this server holds `sandbox_id` as a persistent sandbox, and its record.
     const store::SavedSandbox* held(const std::string& sandbox_id) const;
-    // Saves the record of a sandbox this server holds: its size, why, when. The hold stays
-    // until `release` (its container must be gone first: another server may then start it).
+    // Whether `owner`'s sandbox `name` is being saved here (its last copy under way).
+    bool saving(const std::string& owner, const std::string& name) const;
+    // Saves the record of a sandbox this server holds: its size, why, when; from then on it
+    // is listed as saved. The hold stays until `release` (its container must be gone and its
+    // last copy made first: another server may then start it).
     void save(const std::string& sandbox_id, std::optional<std::uint64_t> size_bytes, const std::string& reason);
     void release(const std::string& sandbox_id);
     // Removes a held sandbox for good: its volume, then its record; released either way.
@@ -89,6 +92,7 @@ private:
     struct Held {
         store::SavedSandbox saved;
         std::unique_ptr<store::Hold> hold;
+        bool saving = false;  // saved: its container is going or gone, its last copy under way
     };
     // Every record of this engine in the store that parses; a broken one is logged and skipped.
     std::vector<store::SavedSandbox> records();

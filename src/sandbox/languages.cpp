@@ -30,7 +30,7 @@ constexpr std::array<std::string_view, 1> rust_aliases{"rs"};
 // Optimisation levels favour a short compile: these are snippets, not releases.
 constexpr std::array language_table{
     Language{"python", python_aliases, "", "", "", "python3", "python3 --version", "python3", true, ".py",
-             "numpy pandas matplotlib matplotlib.pyplot"},
+             "numpy"},
     Language{"javascript", javascript_aliases, "", "", "", "node", "node --version", "nodejs", true, ".js"},
     Language{"bash", bash_aliases, "", "", "", "bash", "bash --version", "bash", false, ".sh"},
     // Debian has no @types/node: require, process and any imported module are typed `any`.
@@ -363,7 +363,7 @@ _cubicle()
 )PY";
 
 // The Python zygote (agent/zygote.h has its wire): imports the modules named in
-// argv (missing ones quietly skipped), then forks a process per run that
+// argv (those it cannot are named on stderr and skipped), then forks a process per run that
 // becomes `python3 [-u] - ARGS` or `python3 [-u] -c CODE ARGS` as exec would
 // make it: own session, the run's fds, cwd and environment, fresh stdio, a new
 // __main__, reseeded randomness. Runs it would start differently -- other
@@ -378,9 +378,12 @@ def _zygote():
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: runs of the same uid cannot ptrace it or read its memory
     base = dict(os.environ)
     preload = sys.argv[1:]
+    missing = []
     for name in preload:
         try: importlib.import_module(name)
-        except BaseException: pass
+        except BaseException as e: missing.append('%s (%s)' % (name, type(e).__name__))
+    # To the agent's stderr, which the server reads (Sandbox::note_diagnostics).
+    if missing: os.write(2, ('cubicle-zygote: not preloaded: %s\n' % ', '.join(missing)).encode())
     # What every run imports (_start, _run): once here, not from disk in each
     # run, where each module costs a dozen lookups through the image's layers.
     import atexit, io, random, shutil, site, threading, types
@@ -652,11 +655,15 @@ local({
 
 } // namespace
 
-std::optional<agent::RunRequest> zygote_for(std::string_view language) {
+std::optional<agent::RunRequest> zygote_for(std::string_view language, const std::optional<std::vector<std::string>>& preload) {
     const Language* found = find_language(language);
     if (!found || found->preload.empty() || found->name != "python") return std::nullopt;
     agent::RunRequest request;
     request.argv = {"python3", "-c", std::string(python_zygote)};
+    if (preload) {
+        request.argv.insert(request.argv.end(), preload->begin(), preload->end());
+        return request;
+    }
     for (auto rest = found->preload; !rest.empty();) {
         auto end = rest.find(' ');
         if (end != 0) request.argv.emplace_back(rest.substr(0, end));

@@ -24,8 +24,8 @@ struct Language {
     std::string_view packages;                 // the Debian packages that provide it
     bool repl;                                 // a persistent interpreter keeps state between calls
     std::string_view extension;                // its source files' usual extension (".py")
-    std::string_view preload = {};             // modules a zygote imports ahead of fresh runs (space-separated;
-                                               // missing ones are skipped); "" = no zygote
+    std::string_view preload = {};             // modules a zygote imports ahead of fresh runs by default
+                                               // (space-separated; missing ones are skipped); "" = no zygote
 };
 
 // Every language, in the order lists show them.
@@ -59,8 +59,9 @@ Build build_for(const Language& language, std::string code, std::string_view wor
 std::optional<agent::RunRequest> program_with_stdin(std::string_view language, std::string code);
 
 // The zygote that forks `language`'s fresh runs (program_for sets their `fork`),
-// with `language.preload` imported; nullopt if the language has none.
-std::optional<agent::RunRequest> zygote_for(std::string_view language);
+// with `preload` imported (nullopt: `language.preload`); nullopt if the language has none.
+std::optional<agent::RunRequest> zygote_for(std::string_view language,
+                                            const std::optional<std::vector<std::string>>& preload = std::nullopt);
 
 // Whether `language` can keep state between calls in a persistent interpreter.
 bool has_interpreter(std::string_view language);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <set>
+#include <utility>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -11,15 +12,20 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "agent/protocol.h"
 #include "common/all_at_once.hpp"
 #include "common/errors.hpp"
 #include "common/ids.hpp"
+#include "common/json.hpp"
 #include "common/log.hpp"
 #include "docker/tar.hpp"
 #include "image/profiles.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/agent_blob.hpp"
 #include "sandbox/owner.hpp"
+#include "sandbox/policy.hpp"
+#include "sandbox/secret_tls.hpp"
+#include "sandbox/secrets.hpp"
 
 namespace cubicle::sandbox {
 namespace {
@@ -33,6 +39,22 @@ public:
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
 // How often the containers of other, dead instances are looked for.
 constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
+// How long a resume waits for the last copy of a mirror whose server died (mirror.hpp).
+constexpr auto stale_mirror_wait = std::chrono::milliseconds(660'000);  // Mirror's own limit
+
+// The liveness record of what `labels` mark as ours (a mirror's under its own label); empty: none.
+std::string owner_of(const std::map<std::string, std::string>& labels) {
+    for (const char* label : {label_owner, label_mirror_owner}) {
+        if (auto owner = labels.find(label); owner != labels.end()) return owner->second;
+    }
+    return {};
+}
+
+// A persistent sandbox's mirror still running: making its last copy, when its server is gone.
+bool mirror_copying(const docker::ContainerSummary& container) {
+    auto role = container.labels.find(label_role);
+    return role != container.labels.end() && role->second == role_mirror && container.state == "running";
+}
 // How often shutdown looks again for containers of its own that are still being removed.
 constexpr int leftover_rounds = 40;
 // Every this many sweeps (10 minutes), persistent sandboxes' records are refreshed and retained.
@@ -44,6 +66,7 @@ constexpr std::size_t removals_at_once = 2;
 
 Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const Config& config)
     : executor_(executor), docker_(docker), config_(config), instance_(random_hex(8)),
+      start_up_(executor, asio::steady_timer::time_point::max()),
       pools_(executor, resolve({}),
             PoolSettings{static_cast<std::size_t>(config.pool_size),
                          // no pool at all stays no pool: --pool-size 0 turns recycling off too
@@ -52,10 +75,11 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
+      dial_networks_(executor, docker, config, instance_, agent_volume_),
       egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config),
       snapshots_(keeper_, config),
       lifetimes_(executor, docker, std::chrono::seconds(config.idle_pause_s),
-                 [this](std::string id, EndReason reason) { return end(std::move(id), reason); }) {
+                 [this](std::string id, EndReason reason) -> asio::awaitable<void> { co_await end(std::move(id), reason); }) {
     if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
         channels_ = AgentChannels::open();
 }
@@ -96,6 +120,19 @@ void Manager::set_daemon_info(docker::DaemonInfo info) {
     if (!config_.runtime.empty() && !engine.offers(config_.runtime)) {
         log::error("--runtime {}: {}; every sandbox will be refused", config_.runtime, engine.why_not(config_.runtime));
     }
+}
+
+void Manager::start_up_attempted(std::exception_ptr failure) {
+    if (!starting_up_) return;
+    starting_up_ = false;
+    start_up_failure_ = std::move(failure);
+    start_up_.cancel();
+}
+
+asio::awaitable<void> Manager::await_start_up() {
+    if (!starting_up_) co_return;
+    co_await start_up_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (start_up_failure_) std::rethrow_exception(start_up_failure_);
 }
 
 asio::awaitable<void> Manager::ensure_image(std::string image, StatusSink status) {
@@ -203,7 +240,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     // switch users); it ends, with its processes, when this connection closes.
     auto workspace = std::string(workspace_dir) + "/" + id;
     auto config = exec_config({.argv = {"/bin/sh", "-c", fmt::format("umask 077; exec {} {}", agent_path, agent_sandbox_flag)},
-                               .env = {"HOME=" + workspace},
+                               // Not the container's ticket to dial home: its agent spent it.
+                               .env = {"HOME=" + workspace, std::string(CUBICLE_AGENT_DIAL) + "="},
                                .cwd = workspace,
                                .user = fmt::format("{}:{}", uid, uid),
                                .stdin_open = true});
@@ -211,6 +249,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec 
     auto stream = co_await docker_.exec_start(exec_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, id, host->container_id(), spec);
     sandbox->make_shared_workspace(workspace, uid);
+    sandbox->set_zygote_preload(config_.zygote_preload);
     co_await sandbox->connect(std::move(stream), nullptr, agent_start_timeout);
     sandbox->set_env(std::move(spec.env));
     sandbox->set_owner(std::move(owner));
@@ -224,24 +263,77 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::create(SandboxSpec spec, std:
     if (!spec.network) co_return co_await create_on(std::move(spec), std::move(owner), throwaway, std::move(status));
     // Its principal's network, held from here: a removal of the principal's last other
     // networked sandbox meanwhile leaves it in place.
+    // Its secrets: placeholders in its environment; the values go to the proxy once its
+    // address is known (below), never into the sandbox.
+    if (!spec.secrets.empty()) egress_.secrets().check(spec.secrets, owner, config_.transport != "http");
+    std::vector<std::pair<std::string, std::string>> placeholders;
+    for (const auto& name : spec.secrets) {
+        placeholders.emplace_back(name, secret_placeholder(name));
+        std::erase_if(spec.env, [&name](const auto& entry) { return entry.first == name; });
+        spec.env.emplace_back(name, placeholders.back().second);
+    }
+    // HTTPS to the secrets' hosts goes through the proxy's TLS, signed by the sandbox's own
+    // CA: its programs trust the CA (written in below) beside the image's bundle.
+    if (!placeholders.empty()) {
+        for (auto& variable : sandbox_ca_env()) {  // (no structured binding: clang 14 cannot capture one)
+            std::erase_if(spec.env, [&variable](const auto& entry) { return entry.first == variable.first; });
+            spec.env.emplace_back(variable.first, variable.second);
+        }
+    }
     spec.network_name = co_await egress_.join(owner);
     spec.proxy_url = egress_.proxy_url();
     std::exception_ptr failure;
+    std::shared_ptr<Sandbox> sandbox;
     try {
-        co_return co_await create_on(std::move(spec), owner, throwaway, std::move(status));
+        sandbox = co_await create_on(std::move(spec), owner, throwaway, std::move(status));
     } catch (...) {
         failure = std::current_exception();
+    }
+    if (sandbox) {
+        // Its connections count from the start, background runs' included.
+        co_await egress_.watch(sandbox->id(), sandbox->container_id());
+        if (!placeholders.empty()) co_await install_secrets(sandbox, std::move(placeholders));
+        co_return sandbox;
     }
     co_await egress_.leave(owner);
     std::rethrow_exception(failure);
 }
 
+asio::awaitable<void> Manager::install_secrets(std::shared_ptr<Sandbox> sandbox, std::vector<std::pair<std::string, std::string>> placeholders) {
+    // Whatever fails here (a CA not made included) removes the sandbox: none is left half-made.
+    std::string failure;
+    try {
+        auto ca = egress_.bind_secrets(sandbox->id(), std::move(placeholders), sandbox->owner(), config_.transport != "http");
+        if (!ca) {
+            failure = "its address on the egress network is unknown";
+        } else {
+            agent::RunRequest request;
+            request.argv = sandbox_ca_install();
+            request.stdin_data = std::move(*ca);
+            request.timeout_ms = 10000;
+            request.max_output_bytes = 4096;
+            OutputSink no_sink;
+            auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
+            failure = result.status.exit_code == 0 ? "" : json::sanitize_utf8(result.stderr_text);
+        }
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    if (failure.empty()) co_return;
+    // Without it HTTPS to the secrets' hosts would fail later and less clearly.
+    std::exception_ptr error = std::make_exception_ptr(ToolError(fmt::format("could not give the sandbox its secrets: {}", failure)));
+    co_await destroy(sandbox->id());
+    std::rethrow_exception(error);
+}
+
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_on(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status) {
     // The pools run once the default image is known to be present (start_pool).
+    co_await await_start_up();
     std::shared_ptr<Sandbox> pooled;
     // A persistent sandbox's workspace is its own volume: never a pooled container.
     if (pool_started_ && spec.workspace_volume.empty()) pooled = co_await pools_.acquire(spec, owner);
     if (auto sandbox = std::move(pooled)) {
+        log::debug("sandbox {} taken from the warm pool", sandbox->id());
         sandbox->set_throwaway(throwaway);
         sandbox->set_env(std::move(spec.env));
         if (!throwaway) sandbox->prewarm("python");  // a recycled one comes without its interpreter
@@ -271,6 +363,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
 
 asio::awaitable<void> Manager::know_engine() {
     // A call that comes before start-up has met the engine: the container config depends on it.
+    if (!docker_connected_) co_await await_start_up();
     if (!docker_connected_) {
         co_await docker_.connect();
         docker_connected_ = true;
@@ -294,15 +387,30 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     co_await know_engine();
     check_engine(spec);
     std::string agent_volume;
-    if (agent) agent_volume = co_await agent_volume_.ensure(spec.image);
+    // Filled and held through a container of the operator's image, never a client's.
+    if (agent) agent_volume = co_await agent_volume_.ensure(config_.default_image);
     std::string sandbox_id = spec.sandbox_id.empty() ? "sb-" + random_hex(6) : spec.sandbox_id;
     std::unique_ptr<AgentChannel> channel;
-    if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_);
-    // Built outside the co_await: GCC 12 frees temporaries inside one wrongly.
-    std::string config = container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume,
-                                          channel ? channel->path() : std::string());
-    std::string container_id;
+    std::string dial_network;  // the sandbox's own, with the relay, when its agent dials home
+    // A networked sandbox is on its egress network: its agent speaks over the attach stream.
+    if (agent && config_.agent_channel == "tcp" && !spec.network) {
+        auto dial = co_await dial_networks_.channel();
+        channel = std::move(dial.first);
+        dial_network = std::move(dial.second);
+    } else if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_);
+    auto wiring = channel ? channel->wiring() : AgentWiring{};
+    // Built outside the co_await: GCC 12 frees temporaries inside one wrongly. A refused spec
+    // after channel() must still drop the sandbox's network.
+    std::exception_ptr refused;
+    std::string config;
     try {
+        config = container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume, wiring.socket_path,
+                                  wiring.network, wiring.dial);
+    } catch (...) {
+        refused = std::current_exception();
+    }
+    std::string container_id;
+    if (!refused) try {
         // Not named after the sandbox: Podman writes the name into its /etc/hosts, and
         // Docker's DNS answers a reverse lookup with it (the label io.cubicle.sandbox has the id).
         container_id = co_await docker_.create_container(std::move(config), "cubicle-" + random_hex(6));
@@ -310,15 +418,23 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
         // Refused for the socket's sake (Docker and Podman name the path): the engine does
         // not see this server's files (a remote daemon, a server in a container of its own),
         // so no sandbox can have a channel. Logged once: launches under way fail alike.
-        if (!channel || std::string_view(e.what()).find(channel->path()) == std::string_view::npos) throw;
-        if (channels_) {
-            log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
-                         channels_->path(), e.what());
+        if (wiring.socket_path.empty() || std::string_view(e.what()).find(wiring.socket_path) == std::string_view::npos) {
+            refused = std::current_exception();
+        } else {
+            if (channels_) {
+                log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
+                             channels_->path(), e.what());
+            }
+            channel.reset();
+            channels_.reset();
         }
-        channel.reset();
-        channels_.reset();
+    }
+    if (refused) {
+        if (!dial_network.empty()) co_await dial_networks_.drop(dial_network);
+        std::rethrow_exception(refused);
     }
     if (container_id.empty()) co_return co_await launch_with(std::move(spec), agent, retried);
+    if (!dial_network.empty()) dial_networks_.hold(container_id, dial_network);
     std::exception_ptr failure;
     try {
         co_return co_await start(sandbox_id, container_id, spec, agent, agent && agent_volume.empty(), std::move(channel));
@@ -330,9 +446,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec,
     } catch (const std::exception& e) {
         log::warning("removing container {} after a failed start: {}", container_id, e.what());
     }
+    co_await dial_networks_.release(container_id);
     if (!agent_volume.empty() && !retried) {
-        bool intact = co_await agent_volume_.intact();
-        if (!intact) co_return co_await launch_with(std::move(spec), agent, true);
+        bool repaired = co_await agent_volume_.repair();
+        if (repaired) co_return co_await launch_with(std::move(spec), agent, true);
     }
     std::rethrow_exception(failure);
 }
@@ -344,6 +461,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id,
     co_await docker_.start_container(container_id);
     auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
     if (!docker_.engine().forks_and_recycles(sandbox->spec().runtime)) sandbox->disable_zygote();
+    sandbox->set_zygote_preload(config_.zygote_preload);
     if (!agent) {
         sandbox->connect_exec(std::move(stream), docker_);
         co_return sandbox;
@@ -374,13 +492,20 @@ asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
 asio::awaitable<void> Manager::remove_container_of(std::shared_ptr<Sandbox> sandbox) {
     // The sandbox leaves its network even when the removal fails: it is gone from
     // the manager either way, and the network would outlive every sandbox on it.
+    // Its secrets leave the proxy first: once the container is gone its address may be
+    // another sandbox's.
+    if (sandbox->spec().network) egress_.unbind_secrets(sandbox->id());
     std::exception_ptr failure;
     try {
         co_await docker_.remove_container(sandbox->container_id());
     } catch (...) {
         failure = std::current_exception();
     }
-    if (sandbox->spec().network) co_await egress_.leave(sandbox->owner());
+    if (!failure) co_await dial_networks_.release(sandbox->container_id());
+    if (sandbox->spec().network) {
+        egress_.forget(sandbox->id());
+        co_await egress_.leave(sandbox->owner());
+    }
     if (failure) std::rethrow_exception(failure);
 }
 
@@ -410,26 +535,28 @@ std::vector<std::shared_ptr<Sandbox>> Manager::list(const std::string& owner) co
     return out;
 }
 
-asio::awaitable<void> Manager::end(std::string id, EndReason reason, bool erase) {
+asio::awaitable<bool> Manager::end(std::string id, EndReason reason, bool erase) {
     co_await lifetimes_.thaw(id);
     // A persistent one is saved with its reason (get_sandbox_status lists it as saved), not ended.
     if (!keeper_.held(id)) lifetimes_.ended(id, reason);
     std::string why(name_of(reason));
-    co_await destroy(std::move(id), std::move(why), erase);
+    co_return co_await destroy(std::move(id), std::move(why), erase);
 }
 
-asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool erase) {
+asio::awaitable<bool> Manager::destroy(std::string id, std::string reason, bool erase) {
     lifetimes_.forget(id);
     auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) co_return;
+    if (it == sandboxes_.end()) co_return true;
     auto sandbox = it->second;
     sandboxes_.erase(it);
     if (sandbox->shared()) {
         co_await remove_workspace(std::move(sandbox));
-        co_return;
+        co_return true;
     }
     bool kept = keeper_.held(id) != nullptr;
-    if (kept && !erase) co_await save(sandbox, reason);
+    bool copied = true;
+    // Listed as saved from now on; the size comes with its last copy.
+    if (kept && !erase) keeper_.save(id, std::nullopt, reason);
     auto owner = sandbox->owner();
     sandbox->shutdown("it was stopped");
     std::exception_ptr failure;
@@ -439,6 +566,7 @@ asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool 
         failure = std::current_exception();
     }
     if (kept) {
+        copied = co_await end_mirror(id, erase, reason);
         // Its volume goes (erase) or stays, only once its container is gone: another
         // server may take it from the moment it is released.
         if (erase && !failure) {
@@ -452,42 +580,22 @@ asio::awaitable<void> Manager::destroy(std::string id, std::string reason, bool 
         if (!erase) co_await keeper_.retain(owner, id);
     }
     if (failure) std::rethrow_exception(failure);
-}
-
-asio::awaitable<void> Manager::save(std::shared_ptr<Sandbox> sandbox, std::string reason) {
-    // Its size as the workspace's allocated blocks, from inside (the engine has no cheap way).
-    std::optional<std::uint64_t> bytes;
-    if (sandbox->alive()) {
-        agent::RunRequest request;
-        // By its full path: the sandbox's own PATH could offer another du. What it cannot
-        // read it cannot have written much of (it owns everything there).
-        request.argv = {"/usr/bin/du", "-s", "-B1", "--one-file-system", sandbox->workspace()};
-        request.timeout_ms = 10'000;
-        request.max_output_bytes = 4096;
-        try {
-            OutputSink no_sink;
-            auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
-            if (!result.stdout_text.empty() && std::isdigit(static_cast<unsigned char>(result.stdout_text.front())))
-                bytes = std::stoull(result.stdout_text);
-        } catch (const std::exception& e) {
-            log::debug("measuring the workspace of {}: {}", sandbox->id(), e.what());
-        }
-    }
-    keeper_.save(sandbox->id(), bytes, reason);
+    co_return copied;
 }
 
 asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner, std::string name, bool stateful,
                                              bool auto_install, StatusSink status) {
-    if (!config_.allow_persistent) {
-        throw ToolError("persistent sandboxes are off on this server: their workspace is on disk, where its quota is held by "
-                        "the in-sandbox agent rather than the kernel; the operator turns them on with --allow-persistent "
-                        "(or CUBICLE_ALLOW_PERSISTENT=1). Without it, snapshot_sandbox keeps a sandbox's files");
+    if (config_.no_persistent) {
+        throw ToolError("persistent sandboxes are off on this server (--no-persistent). snapshot_sandbox keeps a sandbox's "
+                        "files meanwhile");
     }
     if (auto problem = store::invalid_name(name)) throw ToolError("name: " + *problem);
     for (const auto& sandbox : list(owner)) {
         const auto* held = keeper_.held(sandbox->id());
         if (held && held->name == name) co_return Kept{sandbox, true, false, false};
     }
+    // One that ended a moment ago is resumed once its last copy is made.
+    co_await wait_for_copies([&] { return keeper_.saving(owner, name); });
     store::SavedSandbox fresh;
     fresh.spec = resolve(std::move(spec));
     fresh.sandbox_id = "sb-" + random_hex(6);
@@ -495,6 +603,7 @@ asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner
     fresh.auto_install = auto_install;
     auto [saved, created] = keeper_.claim(owner, name, std::move(fresh));
     std::exception_ptr failure;
+    std::unique_ptr<Mirror> mirror;
     try {
         if (created) {
             co_await keeper_.make_volume(saved);
@@ -505,21 +614,25 @@ asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner
         }
         // What it was created with, within what this server allows now.
         spec = resolve(within_ceilings(saved.spec));
-        spec.workspace_volume = saved.volume;
         spec.sandbox_id = saved.sandbox_id;
-        // A container left by a server that died holding it (the hold is ours now, so that
-        // server is gone): it must not write to the workspace any more.
-        std::string label = fmt::format("{}={}", label_sandbox, saved.sandbox_id);
-        auto stale = co_await docker_.list_containers(label);
-        for (const auto& container : stale) co_await docker_.remove_container(container.id);
+        if (spec.disk_mb <= 0) {
+            throw ToolError("a persistent sandbox needs a sized workspace (disk_mb), and this server's is unbounded (--disk-mb 0)");
+        }
+        co_await remove_stale(saved.sandbox_id);
+        co_await know_engine();
+        // The mirror runs the default image, the operator's, whatever image the sandbox names.
+        co_await ensure_image(config_.default_image, status);
+        mirror = co_await Mirror::start(docker_, spec, config_.default_image, instance_, saved.volume);
+        spec.workspace_volume = mirror->live_volume();
         auto sandbox = co_await create(std::move(spec), owner, false, std::move(status));
-        if (created) co_await check_writable(sandbox);
+        mirrors_[saved.sandbox_id] = std::move(mirror);
         sandbox->set_stateful(saved.stateful);
         sandbox->set_auto_install(saved.auto_install);
         co_return Kept{sandbox, !created, !created, true};
     } catch (...) {
         failure = std::current_exception();
     }
+    if (mirror) co_await mirror->discard();
     // Nothing of a new one stays; a saved one stays saved.
     if (created) {
         try {
@@ -545,24 +658,65 @@ SandboxSpec Manager::within_ceilings(SandboxSpec spec) const {
     return spec;
 }
 
-asio::awaitable<void> Manager::check_writable(std::shared_ptr<Sandbox> sandbox) {
-    agent::RunRequest request;
-    request.argv = {"test", "-w", sandbox->workspace()};
-    request.timeout_ms = 10'000;
-    OutputSink no_sink;
-    auto result = co_await sandbox->run(std::move(request), std::move(no_sink), nullptr);
-    if (result.status.exit_code == 0) co_return;
-    auto image = sandbox->spec().image;
-    co_await destroy(sandbox->id(), "stopped", true);
-    throw ToolError(fmt::format("the image {} has no {} owned by the sandbox user (uid {}), and a persistent sandbox's "
-                                "volume takes its owner from there; use one of cubicle's images, or one that has it",
-                                image, workspace_dir, sandbox_uid));
+asio::awaitable<void> Manager::wait_for_copies(std::function<bool()> copying) {
+    asio::steady_timer pause(executor_);
+    for (auto waited = std::chrono::milliseconds(0); copying() && waited < stale_mirror_wait; waited += std::chrono::milliseconds(50)) {
+        pause.expires_after(std::chrono::milliseconds(50));
+        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+}
+
+asio::awaitable<void> Manager::remove_stale(std::string sandbox_id) {
+    // The hold is ours now, so the server that held it is gone; its mirror (whose stdin
+    // closed with that server) may still be making its last copy: that copy is kept.
+    std::string label = fmt::format("{}={}", label_sandbox, sandbox_id);
+    asio::steady_timer pause(executor_);
+    for (auto waited = std::chrono::milliseconds(0); waited < stale_mirror_wait; waited += std::chrono::milliseconds(100)) {
+        bool copying = false;
+        for (const auto& container : co_await docker_.list_containers(label)) {
+            copying = copying || mirror_copying(container);
+        }
+        if (!copying) break;
+        pause.expires_after(std::chrono::milliseconds(100));
+        co_await pause.async_wait(asio::use_awaitable);
+    }
+    for (const auto& container : co_await docker_.list_containers(label)) co_await docker_.remove_container(container.id);
+    // Its tmpfs, empty once unmounted (the orphan sweep would take it later).
+    for (const auto& volume : co_await docker_.list_volumes(label)) {
+        auto role = volume.labels.find(label_role);
+        if (role != volume.labels.end() && role->second == role_live) co_await docker_.remove_volume(volume.id);
+    }
+}
+
+asio::awaitable<void> Manager::save_at_exit(std::string sandbox_id) { co_await end_mirror(std::move(sandbox_id), false, "server exit"); }
+
+asio::awaitable<bool> Manager::end_mirror(std::string sandbox_id, bool erase, std::string reason) {
+    auto it = mirrors_.find(sandbox_id);
+    std::unique_ptr<Mirror> mirror;
+    if (it != mirrors_.end()) {
+        mirror = std::move(it->second);
+        mirrors_.erase(it);
+    }
+    if (erase) {
+        if (mirror) co_await mirror->discard();
+        co_return true;
+    }
+    std::optional<std::uint64_t> copied;
+    if (mirror) {
+        ++copies_under_way_;
+        copied = co_await mirror->finish();
+        --copies_under_way_;
+    }
+    // The record says why it ended, and that its files are the last copy's when this one failed.
+    keeper_.save(sandbox_id, copied, copied ? reason : reason + "; its last files could not be copied to disk");
+    co_return copied.has_value();
 }
 
 asio::awaitable<bool> Manager::erase_saved(std::string id, std::string owner) {
     if (!keeper_.take_by_id(owner, id)) co_return false;
     std::exception_ptr failure;
     try {
+        co_await remove_stale(id);  // its volume is in use until then
         co_await keeper_.erase(id);
     } catch (...) {
         failure = std::current_exception();
@@ -598,6 +752,7 @@ void Manager::release(std::string id) {
     if (it == sandboxes_.end()) return;
     auto sandbox = it->second;
     sandboxes_.erase(it);
+    egress_.forget(id);  // a recycled one comes back under another id
     // A throwaway sandbox goes back to its profile's pool, reset, when it can (Pool::recycle).
     // Not where the runtime cannot be trusted with it (Engine::forks_and_recycles).
     if (sandbox->throwaway() && pool_started_ && !closed_ && !config_.no_recycle &&
@@ -610,15 +765,12 @@ void Manager::release(std::string id) {
 
 asio::awaitable<void> Manager::destroy_all() {
     closed_ = true;
+    start_up_attempted();
     removal_turns_.open();
     lifetimes_.close();
-    // Their agents answer again: persistent sandboxes are saved first, while their agents still answer.
+    egress_.close();  // the proxy goes with the leftovers below: not to be replaced
+    // Paused ones are thawed before their containers are removed below.
     co_await lifetimes_.thaw_all();
-    std::vector<asio::awaitable<void>> saves;
-    for (const auto& [id, sandbox] : sandboxes_) {
-        if (keeper_.held(id)) saves.push_back(save(sandbox, "server exit"));
-    }
-    co_await all_at_once(executor_, std::move(saves));
     std::set<std::string> containers;  // shared-container workspaces go with their container
     for (const auto& [id, sandbox] : sandboxes_) {
         if (!keeper_.held(id)) lifetimes_.ended(id, EndReason::server_exit);
@@ -635,17 +787,22 @@ asio::awaitable<void> Manager::destroy_all() {
     removals.push_back(pools_.drain());
     for (const auto& container : containers) removals.push_back(remove_quietly(container));
     co_await all_at_once(executor_, std::move(removals));
+    // The persistent sandboxes' last copies to disk, once their programs are gone.
+    std::vector<asio::awaitable<void>> copies;
+    std::vector<std::string> mirrored;
+    for (const auto& [id, mirror] : mirrors_) mirrored.push_back(id);
+    for (const auto& id : mirrored) copies.push_back(save_at_exit(id));
+    co_await all_at_once(executor_, std::move(copies));
+    // And those of sandboxes that ended just before (a stop, an expiry): the leftovers'
+    // removal below would cut them short.
+    co_await wait_for_copies([this] { return copies_under_way_ > 0; });
+    // The agent volume stays for the next server (agent_volume.hpp); the container
+    // holding it for this one goes with the leftovers.
     try {
+        co_await agent_volume_.settle();
         co_await remove_leftovers();
         co_await egress_.teardown();
-        // Last, once no container uses it; a removal the daemon had not finished yet
-        // holds it a moment longer, and then it is tried once more.
-        bool removed = co_await agent_volume_.remove();
-        if (!removed) {
-            co_await remove_leftovers();
-            removed = co_await agent_volume_.remove();
-        }
-        if (!removed) log::warning("the agent volume {} is still in use; the next cubicle to start removes it", agent_volume_.name());
+        co_await dial_networks_.teardown();
     } catch (const std::exception& e) {
         log::warning("removing sandboxes at exit: {} (the next cubicle to start removes what is left)", e.what());
     }
@@ -676,9 +833,9 @@ asio::awaitable<void> Manager::remove_quietly(std::string container_id) {
 
 bool Manager::orphaned(const std::map<std::string, std::string>& labels) const {
     auto instance = labels.find(label_instance);
-    auto owner = labels.find(label_owner);
-    if (instance == labels.end() || instance->second == instance_ || owner == labels.end()) return false;
-    return owner_state(owner->second) == OwnerState::dead;
+    auto owner = owner_of(labels);
+    if (instance == labels.end() || instance->second == instance_ || owner.empty()) return false;
+    return owner_state(owner) == OwnerState::dead;
 }
 
 asio::awaitable<void> Manager::remove_orphans() {
@@ -686,8 +843,10 @@ asio::awaitable<void> Manager::remove_orphans() {
     std::vector<asio::awaitable<void>> removals;
     for (const auto& container : containers) {
         if (!orphaned(container.labels)) continue;
+        // A mirror ends by itself once its last copy is made (its stdin closed with its server).
+        if (mirror_copying(container)) continue;
         log::info("removing container {} of cubicle instance {}: its owner is gone ({})", container.id.substr(0, 12),
-                  container.labels.at(label_instance), container.labels.at(label_owner));
+                  container.labels.at(label_instance), owner_of(container.labels));
         removals.push_back(remove_quietly(container.id));
     }
     co_await all_at_once(executor_, std::move(removals));
@@ -700,12 +859,20 @@ asio::awaitable<void> Manager::remove_orphans() {
             log::debug("leaving network {}: {}", network.id.substr(0, 12), e.what());
         }
     }
-    for (const auto& volume : co_await docker_.list_volumes(fmt::format("{}={}", label_role, role_agent))) {
-        if (volume.labels.count(label_managed) == 0 || !orphaned(volume.labels)) continue;
-        try {
-            co_await docker_.remove_volume(volume.id);
-        } catch (const std::exception& e) {
-            log::debug("leaving volume {}: {}", volume.id, e.what());
+    // Agent volumes: one per server before they were shared (of a dead server), or of
+    // another agent. The daemon refuses to remove one a container mounts (409), which
+    // includes those that live servers hold (agent_volume.hpp). And the tmpfs of a
+    // persistent sandbox whose server died.
+    for (const char* role : {role_agent, role_live}) {
+        for (const auto& volume : co_await docker_.list_volumes(fmt::format("{}={}", label_role, role))) {
+            bool gone = orphaned(volume.labels) || (std::string_view(role) == role_agent && agent_volume_.stale(volume.labels));
+            if (volume.labels.count(label_managed) == 0 || !gone) continue;
+            try {
+                co_await docker_.remove_volume(volume.id);
+                log::debug("removed the volume {}", volume.id);
+            } catch (const std::exception& e) {
+                log::debug("leaving volume {}: {}", volume.id, e.what());
+            }
         }
     }
 }
@@ -721,6 +888,7 @@ asio::awaitable<void> Manager::sweep_orphans() {
         timer.expires_after(orphan_sweep_interval);
         co_await timer.async_wait(asio::use_awaitable);
         if (closed_) break;
+        co_await agent_volume_.hold();
         // Persistent sandboxes: those in use here marked as used now, saved ones past
         // their time removed, every so often.
         if (round % saved_sweep_rounds == 0 && keeper_.exists()) {

@@ -1,22 +1,27 @@
 // Owns every sandbox of this server: creation, lookup, limits, cleanup.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <map>
 #include <set>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "config.hpp"
 #include "docker/client.hpp"
 #include "sandbox/agent_volume.hpp"
+#include "sandbox/dial_networks.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/keeper.hpp"
 #include "sandbox/lifetimes.hpp"
+#include "sandbox/mirror.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
@@ -70,13 +75,14 @@ public:
     // Most live sandboxes one principal may hold (0: only --max-sandboxes applies).
     void set_sandboxes_per_owner(std::size_t limit) { per_owner_limit_ = limit; }
     // Stops a sandbox: a persistent one is saved (`reason`: why, shown in status) unless
-    // `erase`, which removes it with its files.
-    asio::awaitable<void> destroy(std::string id, std::string reason, bool erase);
-    asio::awaitable<void> destroy(std::string id) { return destroy(std::move(id), "stopped", false); }
+    // `erase`, which removes it with its files. False when a persistent one's files could
+    // not be copied to disk (its last copy stays).
+    asio::awaitable<bool> destroy(std::string id, std::string reason, bool erase);
+    asio::awaitable<bool> destroy(std::string id) { return destroy(std::move(id), "stopped", false); }
     // Where a client's sandbox ends (stop_sandbox, its ttl_s, the server's exit): why is kept
     // for its owner (lifetimes.hpp), a paused one is thawed, then it is destroyed (a
     // persistent one saved with that reason, unless `erase`).
-    asio::awaitable<void> end(std::string id, EndReason reason, bool erase = false);
+    asio::awaitable<bool> end(std::string id, EndReason reason, bool erase = false);
     // Idle pause, ttl_s and the record of ended sandboxes.
     Lifetimes& lifetimes() { return lifetimes_; }
     const Lifetimes& lifetimes() const { return lifetimes_; }
@@ -99,6 +105,12 @@ public:
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
+    // Start-up (main.cpp) is meeting the engine; start_up_attempted(): it has, or failed
+    // to at its first attempt (`failure`). Meanwhile a call waits for it rather than meet
+    // the engine itself: it then takes the pool's first sandbox instead of starting its own
+    // beside it, or fails with start-up's error rather than wait for the engine once more.
+    void start_up_begins() { starting_up_ = true; }
+    void start_up_attempted(std::exception_ptr failure = nullptr);
     // Starts keeping warm sandboxes of the default profile (and of others in demand).
     void start_pool() {
         // A runtime the engine lacks would fail every warm sandbox (set_daemon_info said so).
@@ -110,19 +122,31 @@ public:
     // What a sandbox's programs may hold, and its container's hard limit (policy.hpp).
     MemoryLimits memory_limits(const SandboxSpec& spec) const { return sandbox::memory_limits(spec, docker_.engine()); }
     const std::string& default_image() const { return config_.default_image; }
+    // The egress proxy's side of networked sandboxes: their runs' network ledgers.
+    Egress& egress() { return egress_; }
+    const Egress& egress() const { return egress_; }
     int pool_size() const { return config_.pool_size; }
     // Summed over the pools of every profile.
     PoolStats pool_stats() const { return pools_.stats(); }
+    // What the warm sandboxes hold, from the host's accounting (all zero where it cannot read it).
+    ContainerMemory pool_memory() const { return pools_.memory(); }
+    // The pool's bounds: --pool-size and --pool-max.
+    int pool_max() const { return config_.pool_max; }
     // Whether the default image is on the host; when not, warns the operator with the
     // command that builds it (or that it must be pulled on first use).
     asio::awaitable<bool> check_default_image();
 
 private:
+    // Returns once start_up_attempted() was called.
+    asio::awaitable<void> await_start_up();
     asio::awaitable<void> ensure_image(std::string image, StatusSink status);
     // Which of cubicle's images this host has, said to whoever asked for a missing one.
     asio::awaitable<std::string> images_here();
     // create, once a networked sandbox's network is known (spec.network_name).
     asio::awaitable<std::shared_ptr<Sandbox>> create_on(SandboxSpec spec, std::string owner, bool throwaway, StatusSink status);
+    // A networked sandbox's secrets (secrets.hpp): their values and its CA to the proxy, the
+    // CA into the sandbox. A sandbox that cannot have them is removed (ToolError).
+    asio::awaitable<void> install_secrets(std::shared_ptr<Sandbox> sandbox, std::vector<std::pair<std::string, std::string>> placeholders);
     // Where every sandbox's own container is removed (stop_sandbox, release, the pools):
     // a networked sandbox then leaves its principal's network, the last one removing it.
     asio::awaitable<void> remove_container_of(std::shared_ptr<Sandbox> sandbox);
@@ -138,12 +162,9 @@ private:
     // `channel`: the agent's channel the container mounts, if any.
     asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
                                                     bool copy_agent, std::unique_ptr<AgentChannel> channel);
+
     // `spec`'s limits, lowered to this server's ceilings (a saved sandbox's, made under others).
     SandboxSpec within_ceilings(SandboxSpec spec) const;
-    // Throws ToolError (and removes it) when a new persistent sandbox's user cannot write its workspace.
-    asio::awaitable<void> check_writable(std::shared_ptr<Sandbox> sandbox);
-    // Saves a live persistent sandbox's record (its workspace's size, `reason`) before its container goes.
-    asio::awaitable<void> save(std::shared_ptr<Sandbox> sandbox, std::string reason);
     // Removes a shared-container workspace's files and processes; the container stays.
     asio::awaitable<void> remove_workspace(std::shared_ptr<Sandbox> sandbox);
     // Removes a sandbox in the background (release, the pools), taking turns with the others.
@@ -152,6 +173,16 @@ private:
     asio::awaitable<void> remove_quietly(std::string container_id);
     // Removes the containers of this instance still there, and waits for removals under way.
     asio::awaitable<void> remove_leftovers();
+    // Removes the containers a server that died holding persistent sandbox `sandbox_id` left,
+    // once its mirror made its last copy.
+    asio::awaitable<void> remove_stale(std::string sandbox_id);
+    // Returns once `copying` says no more (last copies of mirrors here: Mirror::finish), or
+    // after the longest a copy may take.
+    asio::awaitable<void> wait_for_copies(std::function<bool()> copying);
+    // Once its container is gone: its mirror's last copy and its record (`reason`), or
+    // neither (`erase`); then the mirror goes. False when the copy failed.
+    asio::awaitable<bool> end_mirror(std::string sandbox_id, bool erase, std::string reason);
+    asio::awaitable<void> save_at_exit(std::string sandbox_id);
     // Whether `labels` are those of another cubicle instance whose owner is provably dead.
     bool orphaned(const std::map<std::string, std::string>& labels) const;
     // The container that holds the workspaces of `spec`'s profile, started on first use.
@@ -178,6 +209,9 @@ private:
     bool closed_ = false;
     docker::DaemonInfo daemon_info_;
     bool docker_connected_ = false;  // docker_.engine() is known
+    bool starting_up_ = false;       // between start_up_begins() and start_up_attempted()
+    asio::steady_timer start_up_;    // cancelled by start_up_attempted()
+    std::exception_ptr start_up_failure_;  // the first attempt's, for the calls that waited for it
     std::set<std::string> exec_only_images_;  // images the agent failed to start in
     std::map<std::string, std::shared_ptr<Sandbox>> workspace_hosts_;  // by profile
     unsigned next_workspace_uid_ = 10000;
@@ -188,8 +222,12 @@ private:
     // Where the agents' channels listen (agent_channel.hpp); empty: none, every agent
     // speaks over its attach stream (--agent-channel attach, an engine that is not local).
     std::unique_ptr<AgentChannels> channels_;
+    DialNetworks dial_networks_;  // --agent-channel tcp (dial_networks.hpp)
     Egress egress_;
     Keeper keeper_;
+    // The mirrors of the persistent sandboxes running here, by sandbox id (mirror.hpp).
+    std::map<std::string, std::unique_ptr<Mirror>> mirrors_;
+    std::size_t copies_under_way_ = 0;  // last copies of sandboxes that ended (Mirror::finish)
     Snapshots snapshots_;
     Lifetimes lifetimes_;
 };

@@ -51,27 +51,36 @@ void agent_mount(json::Writer& w, const std::string& agent_volume) {
     w.end_object();
 }
 
-// A persistent sandbox's workspace is its named volume on disk, which outlives the
-// container; its quota is the agent's (--disk-limit). NoCopy false: a fresh volume
-// takes the image's /workspace, owner (the sandbox user) and mode included.
-// Any other workspace is an anonymous volume, removed with the container: it must be a
-// volume (archive PUT skips tmpfs mounts and refuses a read-only root). It is itself a
-// tmpfs made by the `local` driver: the one quota on size and file count that
-// holds on every storage driver (a plain volume has none, and --storage-opt
-// size needs overlay2 on XFS with project quotas).
+// The tmpfs every workspace is: the one quota on size and file count that holds on
+// every storage driver (a plain volume has none, and --storage-opt size needs overlay2
+// on XFS with project quotas). Mode 0711: workspaces sharing a container (each its own
+// uid) may pass through /workspace to their own directory but not list the others'.
+void workspace_tmpfs_options(json::Writer& w, const SandboxSpec& spec) {
+    w.begin_object().field("type", "tmpfs").field("device", "tmpfs");
+    w.field("o", fmt::format("size={}m,nr_inodes={},uid={},gid={},mode=0711,nosuid,nodev", spec.disk_mb, spec.files_limit,
+                             sandbox_uid, sandbox_gid));
+    w.end_object();
+}
+
+// The workspace: a volume (archive PUT skips tmpfs mounts and refuses a read-only
+// root) that is itself a tmpfs made by the `local` driver. Anonymous, removed with
+// the container; or a persistent sandbox's named one (live_volume_config), which its
+// mirror shares (sandbox/mirror.hpp), with nothing of the image copied in.
 void workspace_mount(json::Writer& w, const SandboxSpec& spec) {
     w.begin_object().field("Type", "volume").field("Target", workspace_dir);
     if (!spec.workspace_volume.empty()) {
+        // The driver's options too: should the volume be gone (removed behind our back), the
+        // one the Engine makes in its place is the same tmpfs, not a disk without a quota.
         w.field("Source", spec.workspace_volume);
-        w.key("VolumeOptions").begin_object().field("NoCopy", false).end_object();
+        w.key("VolumeOptions").begin_object().field("NoCopy", true).key("DriverConfig").begin_object().field("Name", "local");
+        w.key("Options");
+        workspace_tmpfs_options(w, spec);
+        w.end_object().end_object();
     } else if (spec.disk_mb > 0) {
         w.key("VolumeOptions").begin_object().key("DriverConfig").begin_object().field("Name", "local");
-        w.key("Options").begin_object().field("type", "tmpfs").field("device", "tmpfs");
-        // Mode 0711: workspaces sharing a container (each its own uid) may pass through
-        // /workspace to their own directory but not list the others'.
-        w.field("o", fmt::format("size={}m,nr_inodes={},uid={},gid={},mode=0711,nosuid,nodev", spec.disk_mb, spec.files_limit,
-                                 sandbox_uid, sandbox_gid));
-        w.end_object().end_object().end_object();
+        w.key("Options");
+        workspace_tmpfs_options(w, spec);
+        w.end_object().end_object();
     }
     w.end_object();
 }
@@ -84,22 +93,18 @@ void our_labels(json::Writer& w, const std::string& instance) {
 
 MemoryLimits memory_limits(const SandboxSpec& spec, const docker::Engine& engine) {
     auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
-    // A workspace on disk is not memory: only a tmpfs one is charged to the container.
-    int workspace_mb = spec.workspace_volume.empty() ? spec.disk_mb : 0;
     return {.programs_mb = spec.memory_mb,
-            .ceiling_mb = spec.memory_mb + workspace_mb + spec.tmp_size_mb + own_processes_mb + overhead.memory_mb};
+            .ceiling_mb = spec.memory_mb + spec.disk_mb + spec.tmp_size_mb + own_processes_mb + overhead.memory_mb};
 }
 
 std::string container_config(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id, bool agent,
-                             const docker::Engine& engine, const std::string& agent_volume, const std::string& agent_channel) {
+                             const docker::Engine& engine, const std::string& agent_volume, const std::string& agent_channel,
+                             const std::string& dial_network, const std::string& dial) {
+    bool dials = agent && !dial_network.empty() && !dial.empty();
+    if (dials && spec.network) throw ToolError("a sandbox with network cannot dial home (it joins its egress network)");
     json::Writer w;
     w.begin_object();
     w.field("Image", spec.image);
-    // On disk only the agent holds the workspace's quota: without it the host's disk would be the limit.
-    if (!agent && !spec.workspace_volume.empty()) {
-        throw ToolError(fmt::format("a workspace on disk needs the sandbox agent to hold its quota, and it cannot run in the image {}",
-                                    spec.image));
-    }
     // The agent is the main process, under Docker's init (Init: true) so that
     // orphaned grandchildren are reaped.
     w.key("Entrypoint").begin_array();
@@ -108,9 +113,6 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
         // sandbox, so the agent may kill what a program detached (never on a host).
         w.value(agent_path).value(agent_sandbox_flag);
         w.value(agent_memory_flag).value(std::to_string(static_cast<std::int64_t>(spec.memory_mb) * mib));
-        if (!spec.workspace_volume.empty()) {
-            w.value(agent_disk_flag).value(fmt::format("{}:{}", static_cast<std::int64_t>(spec.disk_mb) * mib, spec.files_limit));
-        }
     } else {
         w.value("/bin/sh").value("-c").value("while read -r _; do :; done");
     }
@@ -133,18 +135,23 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
             w.value(fmt::format("{}={}", name, spec.proxy_url));
         }
         w.value("NO_PROXY=localhost,127.0.0.1").value("no_proxy=localhost,127.0.0.1");
+        // Node's fetch and http heed those only when asked (Node 22.21 and 24.5 on; older ignore it).
+        w.value("NODE_USE_ENV_PROXY=1");
     }
+    // Read by the agent alone, which removes it before any program runs; worthless once used.
+    if (dials) w.value(fmt::format("{}={}", CUBICLE_AGENT_DIAL, dial));
     w.end_array();
     w.key("Labels").begin_object();
     our_labels(w, instance);
     w.field(label_sandbox, sandbox_id);
     w.end_object();
-    if (!spec.network) w.field("NetworkDisabled", true);
+    if (!spec.network && !dials) w.field("NetworkDisabled", true);
 
     w.key("HostConfig").begin_object();
     // A networked sandbox is on its principal's internal network, never on one with a way out.
     if (spec.network && spec.network_name.empty()) throw ToolError("a sandbox with network has no egress network to join");
-    w.field("NetworkMode", spec.network ? spec.network_name : std::string("none"));
+    // A sandbox that dials home is on the server's agent network, where nothing else answers.
+    w.field("NetworkMode", spec.network ? spec.network_name : dials ? dial_network : std::string("none"));
     w.key("CapDrop").begin_array().value("ALL").end_array();
     w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
     w.field("ReadonlyRootfs", true);
@@ -203,9 +210,11 @@ std::string exec_config(const ExecSpec& exec) {
     return w.take();
 }
 
-std::string egress_network_config(const std::string& name, const std::string& instance) {
+std::string agent_network_config(const std::string& name, const std::string& instance) {
     json::Writer w;
     w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
+    // No container reaches another on it: the only peer a sandbox has there is the server.
+    w.key("Options").begin_object().field("com.docker.network.bridge.enable_icc", "false").end_object();
     w.key("Labels").begin_object();
     our_labels(w, instance);
     w.end_object();
@@ -213,29 +222,56 @@ std::string egress_network_config(const std::string& name, const std::string& in
     return w.take();
 }
 
-std::string proxy_config(const std::string& image, const std::string& instance, const std::vector<std::string>& allow,
-                         const docker::Engine& engine, const std::string& agent_volume) {
+std::string dial_network_config(const std::string& name, const std::string& instance, const std::string& subnet) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
+    w.key("IPAM").begin_object().field("Driver", "default").key("Config").begin_array();
+    w.begin_object().field("Subnet", subnet).end_object();
+    w.end_array().end_object();
+    // No host address on it: the host's ports are out of the sandbox's reach, and so is the host.
+    w.key("Options").begin_object().field("com.docker.network.bridge.inhibit_ipv4", "true").end_object();
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.end_object();
+    w.end_object();
+    return w.take();
+}
+
+namespace {
+
+// A container of the server's own that runs the agent in another mode (the egress
+// proxy, the relay): the sandbox's locks, and it exits when the server's attach
+// connection drops, like a sandbox's agent.
+struct HelperContainer {
+    std::vector<std::string> entrypoint;  // after the agent's path
+    const char* role;
+    std::string network;
+    std::int64_t pids;
+    std::int64_t memory;
+};
+
+std::string helper_container_config(const std::string& image, const std::string& instance, const docker::Engine& engine,
+                                    const std::string& agent_volume, const HelperContainer& helper) {
     json::Writer w;
     w.begin_object().field("Image", image);
-    w.key("Entrypoint").begin_array().value(agent_path).value("--proxy").value(std::to_string(proxy_port));
-    for (const auto& rule : allow) w.value(rule);
+    w.key("Entrypoint").begin_array().value(agent_path);
+    for (const auto& arg : helper.entrypoint) w.value(arg);
     w.end_array().key("Cmd").begin_array().end_array();
     w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
-    // Like a sandbox's agent, the proxy exits when the server's attach connection drops.
     w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
     w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
     w.key("Env").begin_array().end_array();
     w.key("Labels").begin_object();
     our_labels(w, instance);
-    w.field(label_role, "proxy");
+    w.field(label_role, helper.role);
     w.end_object();
     w.key("HostConfig").begin_object();
-    w.field("NetworkMode", "bridge");
+    w.field("NetworkMode", helper.network);
     w.key("CapDrop").begin_array().value("ALL").end_array();
     w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
     w.field("ReadonlyRootfs", true).field("Init", true).field("Privileged", false);
-    w.field("PidsLimit", static_cast<std::int64_t>(64));
-    w.field("Memory", 256 * mib).field("MemorySwap", 256 * mib);  // 256 connections x 2 x 256 KiB buffers fit
+    w.field("PidsLimit", helper.pids);
+    w.field("Memory", helper.memory).field("MemorySwap", helper.memory);
     ulimits(w, engine);
     w.key("Tmpfs").begin_object();
     engine_tmpfs(w, engine);
@@ -249,12 +285,48 @@ std::string proxy_config(const std::string& image, const std::string& instance, 
     return w.take();
 }
 
-std::string agent_volume_config(const std::string& name, const std::string& instance) {
+} // namespace
+
+std::string relay_config(const std::string& image, const std::string& instance, const docker::Engine& engine,
+                         const std::string& agent_volume, const std::string& network, int port, const std::string& target) {
+    return helper_container_config(image, instance, engine, agent_volume,
+                                   {.entrypoint = {"--relay", std::to_string(port), target},
+                                    .role = "relay",
+                                    .network = network,
+                                    .pids = 4096,  // a process per sandbox's connection
+                                    .memory = 512 * mib});
+}
+
+std::string egress_network_config(const std::string& name, const std::string& instance) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Internal", true).field("Driver", "bridge");
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.end_object();
+    w.end_object();
+    return w.take();
+}
+
+std::string proxy_config(const std::string& image, const std::string& instance, const std::vector<std::string>& allow,
+                         const docker::Engine& engine, const std::string& agent_volume, int ask_wait_s) {
+    std::vector<std::string> entrypoint{"--proxy", std::to_string(proxy_port)};
+    if (ask_wait_s > 0) entrypoint.push_back(fmt::format("--ask={}", ask_wait_s));
+    entrypoint.insert(entrypoint.end(), allow.begin(), allow.end());
+    return helper_container_config(image, instance, engine, agent_volume,
+                                   {.entrypoint = std::move(entrypoint),
+                                    .role = "proxy",
+                                    .network = "bridge",
+                                    // a thread for each of its 256 connections whose TLS it terminates (secrets)
+                                    .pids = 64 + 256,
+                                    // 256 connections x 2 x 256 KiB buffers, and the TLS state of those it terminates
+                                    .memory = 384 * mib});
+}
+
+std::string agent_volume_config(const std::string& name, const std::string& digest) {
     json::Writer w;
     w.begin_object().field("Name", name).field("Driver", "local");
     w.key("Labels").begin_object();
-    our_labels(w, instance);
-    w.field(label_role, role_agent);
+    w.field(label_managed, "true").field(label_role, role_agent).field(label_agent_digest, digest);
     w.end_object().end_object();
     return w.take();
 }
@@ -276,6 +348,68 @@ std::string agent_volume_filler_config(const std::string& image, const std::stri
     w.end_object().end_array();
     w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
     w.end_object().end_object();
+    return w.take();
+}
+
+std::string live_volume_config(const SandboxSpec& spec, const std::string& name, const std::string& instance) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("Driver", "local");
+    w.key("DriverOpts");
+    workspace_tmpfs_options(w, spec);
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.field(label_sandbox, spec.sandbox_id).field(label_role, role_live);
+    w.end_object().end_object();
+    return w.take();
+}
+
+std::string mirror_config(const SandboxSpec& spec, const std::string& image, const std::string& instance,
+                          const std::string& live_volume, const std::string& disk_volume, const std::string& script,
+                          const docker::Engine& engine) {
+    json::Writer w;
+    w.begin_object().field("Image", image);
+    w.key("Entrypoint").begin_array().value("/bin/sh").value("-c").value(script).value("cubicle-mirror").end_array();
+    w.key("Cmd").begin_array().end_array();
+    // The sandbox user: every file of the workspace is its own, and it can make nothing
+    // on disk that the sandbox could not have made in its tmpfs.
+    w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid)).field("WorkingDir", "/");
+    // Like a sandbox's agent, it ends when the server's attach connection drops: after a last copy.
+    w.field("AttachStdin", true).field("AttachStdout", true).field("AttachStderr", true);
+    w.field("OpenStdin", true).field("StdinOnce", true).field("Tty", false);
+    // A stopping daemon's SIGTERM also makes it copy: it gets the time a large copy takes.
+    w.field("StopTimeout", static_cast<std::int64_t>(600));
+    w.key("Env").begin_array().value("PATH=/usr/sbin:/usr/bin:/sbin:/bin").value("LANG=C.UTF-8").end_array();
+    w.key("Labels").begin_object();
+    w.field(label_managed, "true").field(label_instance, instance).field(label_mirror_owner, owner_record());
+    w.field(label_sandbox, spec.sandbox_id).field(label_role, role_mirror);
+    w.end_object();
+    w.field("NetworkDisabled", true);
+    w.key("HostConfig").begin_object();
+    w.field("NetworkMode", "none");
+    if (!spec.runtime.empty() && engine.runtime_per_container()) w.field("Runtime", spec.runtime);
+    w.key("CapDrop").begin_array().value("ALL").end_array();
+    w.key("SecurityOpt").begin_array().value("no-new-privileges").end_array();
+    w.field("ReadonlyRootfs", true).field("Init", true).field("Privileged", false);
+    w.field("PidsLimit", static_cast<std::int64_t>(32));
+    // The tmpfs pages it writes back at a resume are charged to it, not to the sandbox.
+    auto memory = (static_cast<std::int64_t>(spec.disk_mb) + 64) * mib;
+    w.field("Memory", memory).field("MemorySwap", memory);
+    if (spec.cpus > 0) w.field("NanoCpus", static_cast<std::int64_t>(std::llround(spec.cpus * 1e9)));
+    ulimits(w, engine);
+    w.key("Tmpfs").begin_object();
+    engine_tmpfs(w, engine);
+    w.end_object();
+    w.key("Mounts").begin_array();
+    // The volume on disk where the image has its /workspace, owned by the sandbox user: a new
+    // volume takes that owner (NoCopy false) and the mirror can write it. The tmpfs as made.
+    w.begin_object().field("Type", "volume").field("Source", disk_volume).field("Target", mirror_disk_dir);
+    w.key("VolumeOptions").begin_object().field("NoCopy", false).end_object().end_object();
+    w.begin_object().field("Type", "volume").field("Source", live_volume).field("Target", mirror_live_dir);
+    w.key("VolumeOptions").begin_object().field("NoCopy", true).end_object().end_object();
+    w.end_array();
+    w.key("LogConfig").begin_object().field("Type", "none").key("Config").begin_object().end_object().end_object();
+    w.end_object();
+    w.end_object();
     return w.take();
 }
 

@@ -18,9 +18,14 @@
 namespace cubicle::sandbox {
 namespace {
 
+// How long a take waits for a server's first start, whose time is not known yet.
+constexpr double first_start_patience = 15.0;
+
 using Clock = Pool::Clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-// Surplus sandboxes go once demand has been lower for this long.
+// Surplus sandboxes go once the pool has held more than its target for this
+// long, one a second: a burst's worth of removals at once would compete for the
+// CPU with the runs of a demand that comes back.
 constexpr auto shrink_after = std::chrono::seconds(5);
 constexpr auto reset_timeout = std::chrono::seconds(5);
 // More starts at once than this only queue up in the daemon.
@@ -155,10 +160,17 @@ asio::awaitable<std::shared_ptr<Sandbox>> Pool::acquire(SandboxSpec spec, std::s
         ++(box ? counts_.hits : counts_.misses);
         co_return box;
     }
-    // Something is on its way and unclaimed: it is ready sooner than a new start.
+    // Something is on its way and unclaimed: it is ready sooner than a new start,
+    // which would take a start's time from now while sharing the CPU with the one
+    // under way. Waited for up to twice a start's time: one that is late is late
+    // for want of CPU or of the daemon, which a start of our own would lack too
+    // (a server's first start, 0.5 s assumed, took 0.7 s on a loaded 2-core host).
+    // Before any start has been measured there is no estimate to go by: the start
+    // under way is waited for until it succeeds or fails (a failure wakes the waits).
     auto waiter = std::make_shared<Waiter>(executor_);
     waiter->owner = std::move(owner);
-    waiter->timer.expires_after(std::chrono::duration_cast<Clock::duration>(start_latency_));
+    auto patience = warmed_ ? 2 * start_latency_ : std::chrono::duration<double>(first_start_patience);
+    waiter->timer.expires_after(std::chrono::duration_cast<Clock::duration>(patience));
     waiters_.push_back(waiter);
     co_await waiter->timer.async_wait(use_tuple);
     std::erase(waiters_, waiter);
@@ -186,6 +198,12 @@ PoolStats Pool::stats() const {
     return stats;
 }
 
+ContainerMemory Pool::memory() const {
+    ContainerMemory total;
+    for (const auto& entry : ready_) total += read_container_memory(entry.box->container_id());
+    return total;
+}
+
 void Pool::refill() {
     if (stopped_ || idle_) return;
     auto want = target();
@@ -193,6 +211,9 @@ void Pool::refill() {
     auto deficit = want > have ? want - have : 0;
     // The deeper the pool ran dry, the more starts at once.
     auto concurrency = std::clamp(deficit, settings_.refill_concurrency, std::max(settings_.refill_concurrency, max_refill_concurrency));
+    // The first one alone, the rest once it is ready (launch_one refills): starts at once
+    // share the host's CPU, and a client's first call waits for the first.
+    if (!warmed_) concurrency = 1;
     while (deficit > 0 && launching_ < concurrency) {
         ++launching_;
         --deficit;
@@ -214,16 +235,44 @@ asio::awaitable<void> Pool::launch_one() {
         ++counts_.start_failures;
     }
     --launching_;
-    if (!box) co_return;  // retried on the next take rather than in a tight loop
+    if (!box) {
+        // Retried on the next take rather than in a tight loop; those waiting start their own.
+        for (auto& waiter : waiters_) {
+            if (!waiter->box) waiter->timer.cancel();
+        }
+        co_return;
+    }
     start_latency_ = 0.8 * start_latency_ + 0.2 * std::chrono::duration<double>(Clock::now() - started);
     if (stopped_ || idle_) {
         co_await remove_(std::move(box));
         co_return;
     }
+    warmed_ = true;
     // Python is the default language: its interpreter is already running when
-    // the sandbox is handed out, so a first cell costs only its own work.
-    box->prewarm("python");
+    // the sandbox is handed out, so a first cell costs only its own work. Not
+    // when a take is waiting for it (a server's first call): its run comes at
+    // once, and two Pythons importing beside it would take the CPU it needs; a
+    // stateful sandbox gets its interpreter from Manager::create, a recycled one
+    // its zygote.
+    bool awaited = std::any_of(waiters_.begin(), waiters_.end(), [](const auto& waiter) { return !waiter->box; });
+    if (awaited) {
+        box->hold_zygote_back();
+    } else {
+        box->prewarm("python");
+    }
     offer({std::move(box), {}});
+    // Container starts beside that first run would double its time on a small host.
+    if (awaited) {
+        asio::co_spawn(executor_, keeping(shared_from_this(), refill_after_run()), asio::detached);
+    } else {
+        refill();
+    }
+}
+
+asio::awaitable<void> Pool::refill_after_run() {
+    asio::steady_timer pause(executor_);
+    pause.expires_after(std::chrono::duration_cast<Clock::duration>(start_latency_));
+    co_await pause.async_wait(use_tuple);
     refill();
 }
 
@@ -257,6 +306,7 @@ asio::awaitable<void> Pool::recycle(std::shared_ptr<Sandbox> box) {
     // per throwaway run would cost more CPU than the run itself.
     box->start_zygote();
     offer({std::move(box), std::move(owner)});
+    refill();
 }
 
 asio::awaitable<void> Pool::watch_idle() {
@@ -275,13 +325,18 @@ asio::awaitable<void> Pool::watch_idle() {
             for (auto& entry : released) remove_later(std::move(entry.box));
             continue;
         }
-        // Demand fell: the surplus above the target goes, oldest first.
-        if (now - last_take_ < shrink_after) continue;
-        auto want = target();
-        while (ready_.size() > want) {
-            remove_later(std::move(ready_.front().box));
-            ready_.pop_front();
+        // Demand fell: the surplus above the target goes, oldest first. Whether
+        // takes still trickle in does not matter, only that the target has been
+        // lower for a while (demand_window plus shrink_after after a burst).
+        if (ready_.size() <= target()) {
+            surplus_since_.reset();
+            continue;
         }
+        if (!surplus_since_) surplus_since_ = now;
+        if (now - *surplus_since_ < shrink_after) continue;
+        log::debug("warm pool: {} ready above a target of {}: removing one", ready_.size(), target());
+        remove_later(std::move(ready_.front().box));
+        ready_.pop_front();
     }
 }
 

@@ -15,12 +15,14 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "sandbox/container_memory.hpp"
 #include "sandbox/sandbox.hpp"
 
 namespace cubicle::sandbox {
@@ -41,7 +43,7 @@ struct PoolSettings {
     std::size_t size = 2;            // the floor: kept ready, and what the pool starts with
     std::size_t max = 16;            // the ceiling, however high demand gets, shared with the other pools
     std::size_t refill_concurrency = 1;  // starts at once at the floor; more when the deficit is larger
-    std::chrono::seconds idle{300};  // emptied after this long without a take
+    std::chrono::seconds idle{300};  // emptied after this long without a take (shrunk to the floor well before)
 };
 
 // What makes two sandboxes interchangeable: everything their container was
@@ -68,13 +70,15 @@ public:
     void start(std::deque<Clock::time_point> earlier_takes = {});
     // A ready sandbox for `owner` if `spec` is the pooled profile: one waiting,
     // or else the next one to come out of a start or a reset already under way
-    // (sooner than a new container), for at most the time a start takes.
+    // (sooner than a new container), for at most twice the time a start takes.
     // nullptr when there is none; the pool refills in the background either way.
     asio::awaitable<std::shared_ptr<Sandbox>> acquire(SandboxSpec spec, std::string owner);
     // Takes back a throwaway sandbox after its run: reset, verified and pooled
     // for its owner again, or removed.
     asio::awaitable<void> recycle(std::shared_ptr<Sandbox> box);
     PoolStats stats() const;
+    // What its ready sandboxes hold now, read from the host (container_memory.hpp).
+    ContainerMemory memory() const;
     // Stops refilling and removes every pooled sandbox.
     asio::awaitable<void> drain();
 
@@ -100,6 +104,9 @@ private:
     // Hands a ready sandbox to the first waiter that may have it, else pools it.
     void offer(Entry entry);
     void refill();
+    // refill() once the run a take waited for has had its time (a start's time) or
+    // the sandbox is back, whichever is first.
+    asio::awaitable<void> refill_after_run();
     void remove_later(std::shared_ptr<Sandbox> box);
     asio::awaitable<void> launch_one();
     asio::awaitable<void> watch_idle();
@@ -121,7 +128,9 @@ private:
     std::size_t recycling_ = 0;
     bool stopped_ = false;
     bool idle_ = false;  // emptied for idleness; refills on the next take
+    bool warmed_ = false;  // a sandbox of its own has been ready once
     Clock::time_point last_take_;
+    std::optional<Clock::time_point> surplus_since_;  // since when it holds more ready than its target
     std::deque<Clock::time_point> recent_takes_;    // within the demand window
     std::deque<Clock::time_point> recent_returns_;  // recycled, within the window
     std::chrono::duration<double> start_latency_{0.5};   // moving averages, measured

@@ -18,6 +18,7 @@ using Clock = Pool::Clock;
 
 // How often unused pools are looked for.
 constexpr auto watch_interval = std::chrono::seconds(1);
+constexpr auto memory_reuse = std::chrono::seconds(1);
 
 void forget_before(std::deque<Clock::time_point>& takes, Clock::time_point now) {
     while (!takes.empty() && now - takes.front() > Pool::demand_window) takes.pop_front();
@@ -106,6 +107,19 @@ PoolStats Pools::stats() const {
     for (const auto& [key, pool] : by_key_) add(total, pool->stats());
     total.bypassed += bypassed_;
     total.profiles = by_key_.size();
+    return total;
+}
+
+ContainerMemory Pools::memory() const {
+    // Each read walks every process's page tables (a millisecond or more per
+    // warm sandbox, on the one I/O thread): scrapes and status calls within a
+    // second share one.
+    auto now = Clock::now();
+    if (memory_read_ && now - *memory_read_ < memory_reuse) return memory_;
+    ContainerMemory total;
+    for (const auto& [key, pool] : by_key_) total += pool->memory();
+    memory_ = total;
+    memory_read_ = now;
     return total;
 }
 

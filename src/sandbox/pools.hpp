@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -34,6 +35,8 @@ public:
     asio::awaitable<void> recycle(std::shared_ptr<Sandbox> box);
     // Summed over every pool, those dropped included (counters never go back).
     PoolStats stats() const;
+    // What the sandboxes ready in every pool hold now.
+    ContainerMemory memory() const;
     // Stops every pool and removes what they hold.
     asio::awaitable<void> drain();
 
@@ -54,6 +57,8 @@ private:
     // Recent takes of profiles without a pool: the second within the window makes one.
     std::map<std::string, std::deque<Pool::Clock::time_point>> asked_;
     PoolStats retired_;  // the counters of dropped pools
+    mutable ContainerMemory memory_;  // the last read, and when
+    mutable std::optional<Pool::Clock::time_point> memory_read_;
     std::uint64_t bypassed_ = 0;
     bool stopped_ = false;
     asio::steady_timer timer_;

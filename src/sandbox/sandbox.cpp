@@ -1,5 +1,6 @@
 #include "sandbox/sandbox.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <deque>
@@ -132,7 +133,10 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
     }
     if (!hello->error.empty()) throw ToolError(hello->error);
     channel_socket_ = std::move(channel);
-    if (!hello_channel_) co_return;
+    if (!hello_channel_) {
+        if (channel_socket_) channel_socket_->forgo();
+        co_return;
+    }
     if (!channel_socket_) {  // no agent of ours says so: there is no socket to connect to
         shutdown("the agent claimed a channel it was not given");
         throw ToolError("the sandbox agent claimed a channel it was not given");
@@ -251,7 +255,7 @@ asio::awaitable<ExecResult> Sandbox::run(agent::RunRequest request, OutputSink s
     if (!options.save_dir.empty()) send_frame(agent::encode_save(exec_id, request.max_output_bytes, options.save_dir));
     bool stream_stdin = !options.handle && request.stdin_data.size() > max_inline_stdin;
     bool start = options.handle || stream_stdin;
-    if (request.fork && !start) start_zygote();
+    if (request.fork && !start && !zygote_held_back_) start_zygote();
     send_frame(agent::encode_run(exec_id, request,
                                  start          ? agent::FrameType::start
                                  : request.fork ? agent::FrameType::fork
@@ -382,6 +386,29 @@ bool Sandbox::dispatch_decoded(agent::Decoder& decoder) {
     }
 }
 
+void Sandbox::note_diagnostics(std::string_view piece) {
+    if (agent_log_.size() < max_agent_log) agent_log_.append(piece.substr(0, max_agent_log - agent_log_.size()));
+    constexpr std::string_view not_preloaded = "cubicle-zygote: not preloaded: ";
+    auto at = agent_log_.find(not_preloaded);
+    auto end = at == std::string::npos ? at : agent_log_.find('\n', at);
+    if (end == std::string::npos) return;
+    // Only the operator's own list is worth a warning: the default is "where the
+    // image has it" (a minimal image has no numpy). Every warm container says the
+    // same: once per server is enough. A run could write here too (through
+    // /proc/1/fd/2), hence printable and short.
+    static bool warned = false;
+    if (!warned && zygote_preload_) {
+        warned = true;
+        auto names = agent_log_.substr(at + not_preloaded.size(), std::min<std::size_t>(end - at - not_preloaded.size(), 300));
+        for (auto& ch : names) {
+            if (ch < 0x20 || ch > 0x7e) ch = '?';
+        }
+        log::warning("the Python zygote (sandbox {}) could not preload {}: fresh runs import them as usual (--zygote-preload)",
+                     id_, names);
+    }
+    agent_log_.erase(at, end + 1 - at);
+}
+
 asio::awaitable<void> Sandbox::read_loop(bool from_channel) {
     auto self = shared_from_this();
     auto& stream = from_channel ? channel_ : stream_;
@@ -397,7 +424,7 @@ asio::awaitable<void> Sandbox::read_loop(bool from_channel) {
         } else {
             ok = demuxer_.feed(data, [&](docker::StreamKind kind, std::string_view piece) {
                 if (kind != docker::StreamKind::stdout_) {
-                    if (agent_log_.size() < max_agent_log) agent_log_.append(piece.substr(0, max_agent_log - agent_log_.size()));
+                    note_diagnostics(piece);
                 } else if (!hello_channel_) {  // after a channel's hello, the agent writes no frame here
                     decoder.feed(piece);
                 }
@@ -431,12 +458,6 @@ std::string Sandbox::memory_limit_note() const {
                        spec_.memory_mb);
 }
 
-std::string Sandbox::disk_limit_note() const {
-    return fmt::format("\n[cubicle] stopped at the workspace's disk quota of {} MiB and {} files; delete files to get back "
-                       "under, or a sandbox with more comes from initialize_sandbox {{\"disk_mb\": N}} (up to the server's ceiling)\n",
-                       spec_.disk_mb, spec_.files_limit);
-}
-
 void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error) {
     auto it = interpreters_.find(language);
     if (it == interpreters_.end() || it->second->exec_id != exec_id) return;
@@ -449,9 +470,7 @@ void Sandbox::interpreter_ended(const std::string& language, std::uint32_t exec_
         cell->result.status.exit_code = status->exit_code;
         cell->result.status.signal = status->signal;
         cell->result.status.memory_limit = status->memory_limit;
-        cell->result.status.disk_limit = status->disk_limit;
         if (status->memory_limit) deliver_output(*cell, false, memory_limit_note());
-        if (status->disk_limit) deliver_output(*cell, false, disk_limit_note());
     }
     cell->error = std::move(error);
     cell->result.state_lost = true;
@@ -518,7 +537,6 @@ void Sandbox::dispatch(agent::Frame frame) {
         }
         if (status) {
             if (status->memory_limit) deliver_output(pending, false, memory_limit_note());
-            if (status->disk_limit) deliver_output(pending, false, disk_limit_note());
             bool truncated = pending.result.status.truncated || status->truncated;
             pending.result.status = *status;
             pending.result.status.truncated = truncated;
@@ -602,8 +620,9 @@ void Sandbox::prewarm(const std::string& language) {
 // Fresh Python runs (program_for's `fork`) are forked by the agent's zygote
 // once it is ready; until then, and whenever it cannot, they are exec'd.
 void Sandbox::start_zygote() {
+    zygote_held_back_ = false;
     if (zygote_started_ || zygote_disabled_ || !alive_ || !uses_agent()) return;
-    auto request = zygote_for("python");
+    auto request = zygote_for("python", zygote_preload_);
     if (!request) return;
     zygote_started_ = true;
     request->cwd = workspace_;

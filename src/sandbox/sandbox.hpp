@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -104,6 +105,8 @@ public:
                                   std::chrono::milliseconds timeout);
     // Whether frames go over a channel of their own rather than the attach stream.
     bool on_channel() const { return channel_ != nullptr; }
+    // Which: "socket" or "tcp" (agent_channel.hpp); only when on_channel().
+    const char* channel_kind() const { return channel_socket_ ? channel_socket_->kind() : "attach"; }
     // The fallback when the agent cannot run in the image: programs run through
     // Docker exec, a timeout or cancellation stops the whole container, and
     // there are no persistent interpreters. The attach stream only tells
@@ -158,6 +161,12 @@ public:
     // Fresh Python runs are exec'd, never forked (where the runtime cannot be trusted
     // with forks: Engine::forks_and_recycles).
     void disable_zygote() { zygote_disabled_ = true; }
+    // The modules its zygote imports (--zygote-preload; nullopt: the language's default).
+    void set_zygote_preload(std::optional<std::vector<std::string>> modules) { zygote_preload_ = std::move(modules); }
+    // A fresh run does not start the zygote beside itself (its imports would take the CPU
+    // the run needs): a sandbox handed over the moment it is ready, for a run waiting for
+    // it. start_zygote() (a recycle, prewarm) still starts it.
+    void hold_zygote_back() { zygote_held_back_ = true; }
 
     // Install requirements.txt / package.json before runs when they change.
     bool auto_install() const { return auto_install_; }
@@ -198,6 +207,9 @@ private:
     // Reads the agent's channel (frames), or the attach stream: frames until there is
     // a channel, the agent's diagnostics (stderr) and the container's end.
     asio::awaitable<void> read_loop(bool from_channel);
+    // The agent's own stderr (and its zygote's): kept for the reason of a death; a zygote's
+    // modules not preloaded are logged.
+    void note_diagnostics(std::string_view piece);
     // Dispatches every complete frame in `decoder`; false when the stream is corrupt.
     bool dispatch_decoded(agent::Decoder& decoder);
     void send_frame(std::string frame);
@@ -206,14 +218,12 @@ private:
     // Waits until no cell or exchange has `interpreter`, then takes it (Interpreter::Turn gives it back).
     asio::awaitable<void> take_turn(Interpreter& interpreter);
     void start_interpreter(const std::string& language, Interpreter& interpreter);
-    // The stderr line of a run whose process was killed at the programs' memory limit,
-    // or at the workspace's disk quota.
+    // The stderr line of a run whose process was killed at the programs' memory limit.
     std::string memory_limit_note() const;
     // Sends a request to a live interpreter between cells (`send` gets its exec id
     // and an id for the agent's refusal) and waits for its control line.
     asio::awaitable<std::shared_ptr<Pending>> interpreter_exchange(std::string language,
                                                                    std::function<void(std::uint32_t, std::uint32_t)> send);
-    std::string disk_limit_note() const;
     void interpreter_ended(const std::string& language, std::uint32_t exec_id, const agent::ExitStatus* status, std::string error);
 
     asio::any_io_executor executor_;
@@ -247,6 +257,8 @@ private:
     bool limit_hit_ = false;
     bool zygote_started_ = false;  // ZYGOTE sent (the agent restarts a dead one itself)
     bool zygote_disabled_ = false;
+    std::optional<std::vector<std::string>> zygote_preload_;
+    bool zygote_held_back_ = false;
     bool auto_install_ = true;
     std::string dependencies_fingerprint_;
     std::string agent_log_;

@@ -23,6 +23,7 @@
 #include "sandbox/languages.hpp"
 #include "tools/args.hpp"
 #include "tools/budget.hpp"
+#include "tools/network_ledger.hpp"
 #include "tools/progress.hpp"
 #include "tools/runs.hpp"
 #include "tools/support.hpp"
@@ -194,7 +195,7 @@ T within_ceiling(std::optional<Asked> asked, T fallback, T ceiling, std::string_
 }
 
 asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element arguments, Context context) {
-    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "from_snapshot", "ttl_s"});
+    Args args(arguments, {"image", "network", "memory_mb", "cpus", "pids_limit", "tmp_size_mb", "disk_mb", "files_limit", "env", "stateful", "gpu", "auto_install", "workspace", "name", "persistent", "from_snapshot", "ttl_s", "secrets"});
     bool shared_workspace = args.boolean("workspace").value_or(false);
     auto name = args.string("name");
     bool persistent = args.boolean("persistent").value_or(false);
@@ -237,6 +238,13 @@ asio::awaitable<ToolResult> initialize_sandbox(Env env, simdjson::dom::element a
     spec.tmp_size_mb = static_cast<int>(within_ceiling(args.integer("tmp_size_mb", 1, 1 << 20), base.tmp_size_mb, c.max_tmp_size_mb, "tmp_size_mb", "MiB", "--max-tmp-size-mb"));
     if (snapshot) check_within_ceilings(spec, c);
     spec.env = base.env;
+    spec.secrets = args.strings("secrets").value_or(std::vector<std::string>{});
+    if (!spec.secrets.empty()) {
+        if (!spec.network) throw ToolError("secrets need network: true (the egress proxy puts them into requests)");
+        if (persistent || shared_workspace) throw ToolError("secrets are for sandboxes of their own that are not persistent; leave out persistent and workspace");
+        std::sort(spec.secrets.begin(), spec.secrets.end());
+        spec.secrets.erase(std::unique(spec.secrets.begin(), spec.secrets.end()), spec.secrets.end());
+    }
     auto ttl_s = within_ceiling(args.integer("ttl_s", 1, INT64_MAX), static_cast<std::int64_t>(c.default_ttl_s),
                                 static_cast<std::int64_t>(c.max_ttl_s), "ttl_s", "seconds", "--max-ttl-s");
     static const std::regex env_name("[A-Za-z_][A-Za-z0-9_]*");
@@ -346,6 +354,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     bool compile_failed = false;
     std::vector<CollectedImage> images;
     CollectedFigures figures;
+    std::shared_ptr<sandbox::Ledger> ledger;
     auto started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     auto run_id = new_run_id();
     auto home = output_home(*box, throwaway, run_id, env.config);
@@ -371,6 +380,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
             auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
             auto sink = watch_sink(watch, progress);
             auto options = run_options(*box, home);
+            ledger = co_await open_ledger(env, box, context);
             // Throwaway and fresh runs are new processes (Python's forked by the sandbox's zygote).
             bool use_interpreter = box->uses_agent() && !throwaway && !fresh && box->stateful();
             if (use_interpreter && language->repl) {
@@ -400,6 +410,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
                 }
             }
             progress->close();
+            co_await env.manager.egress().close_run(ledger);
             if (!throwaway) co_await keep_saved_output_bounded(env, box, home, run_id, watch->out.bytes() + watch->err.bytes());
             if (result.figures > 0 && box->alive()) {
                 figures = co_await collect_figures(env, box, box->workspace() + "/" + run_dir(run_id), result.figures);
@@ -448,6 +459,7 @@ asio::awaitable<ToolResult> execute_code(Env env, simdjson::dom::element argumen
     w.field("state_lost", result.state_lost);
     w.field("phase", compile_failed ? "compile" : "run");
     if (compiled) w.field("compile_ms", static_cast<double>(compiled->status.duration_us / 100) / 10.0);
+    write_network(w, ledger.get());
     if (return_images || !figures.images.empty() || !figures.saved.empty()) {
         w.key("images").begin_array();
         for (auto* list : {&figures.images, &images}) {
@@ -504,8 +516,10 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
         auto progress = std::make_shared<ProgressStream>(context, executor, env.config.progress_max_bytes);
         auto sink = watch_sink(watch, progress);
         auto options = run_options(*box, home);
+        auto ledger = co_await open_ledger(env, box, context);
         auto result = co_await box->run(std::move(request), std::move(sink), context->cancellation(), std::move(options));
         progress->close();
+        co_await env.manager.egress().close_run(ledger);
         co_await keep_saved_output_bounded(env, box, home, run_id, watch->out.bytes() + watch->err.bytes());
         // The budget is shared by the commands in turn: what one leaves, the next may use.
         auto share = std::max(min_result_budget, budget / left--);
@@ -513,6 +527,7 @@ asio::awaitable<ToolResult> run_command(Env env, simdjson::dom::element argument
         entry.begin_object().field("command", command).field("run_id", run_id);
         write_output(entry, watch->out, watch->err, share, home, result.status.truncated);
         write_status_fields(entry, result);
+        write_network(entry, ledger.get());
         entry.end_object();
         auto used = 2 * entry.str().size();  // escaped once, then again in the text content
         budget = budget > used ? budget - used : 0;
@@ -556,10 +571,30 @@ void write_status(json::Writer& w, Sandbox& box, const sandbox::Manager& manager
     w.field("cpus", s.cpus).field("pids_limit", s.pids_limit);
     w.field("running_executions", static_cast<std::int64_t>(box.running()));
     w.field("executor", box.uses_agent() ? "agent" : "exec").field("stateful", box.uses_agent() && box.stateful());
-    w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? "socket" : "attach");
+    w.field("agent_channel", !box.uses_agent() ? "none" : box.on_channel() ? box.channel_kind() : "attach");
     w.field("gpu", s.gpu);
+    if (const auto* totals = s.network ? manager.egress().totals(box.id()) : nullptr) {
+        w.key("network_ledger");
+        sandbox::write_ledger(w, *totals);
+    }
     write_lifetime(w, life);
     write_checkpoints(w, box);
+    w.end_object();
+}
+
+// The warm pool every principal's throwaway runs and new sandboxes come from.
+void write_pool(json::Writer& w, const sandbox::Manager& manager) {
+    auto stats = manager.pool_stats();
+    auto memory = manager.pool_memory();
+    w.key("pool").begin_object();
+    w.field("ready", static_cast<std::int64_t>(stats.ready)).field("starting", static_cast<std::int64_t>(stats.starting));
+    w.field("target", static_cast<std::int64_t>(stats.target));
+    w.field("size", manager.pool_size()).field("max", manager.pool_max());
+    w.field("memory_measured", static_cast<std::int64_t>(memory.measured));
+    if (memory.measured > 0) {
+        w.field("memory_uss_mb", mib(memory.uss)).field("memory_pss_mb", mib(memory.pss));
+        w.field("memory_cgroup_rss_mb", mib(memory.cgroup_rss)).field("memory_cgroup_cache_mb", mib(memory.cgroup_cache));
+    }
     w.end_object();
 }
 
@@ -588,7 +623,9 @@ asio::awaitable<ToolResult> get_sandbox_status(Env env, simdjson::dom::element a
         w.begin_object().field("sandbox_id", it->sandbox_id).field("reason", sandbox::name_of(it->reason));
         w.field("ended_at", utc_text(it->ended_at)).end_object();
     }
-    w.end_array().end_object();
+    w.end_array();
+    write_pool(w, env.manager);
+    w.end_object();
     co_return structured(w.take());
 }
 
@@ -612,12 +649,13 @@ asio::awaitable<ToolResult> stop_sandbox(Env env, simdjson::dom::element argumen
     }
     env.manager.get(id, context->principal());
     bool kept = env.manager.persistent(id) != nullptr;
-    co_await env.manager.end(id, sandbox::EndReason::stopped, erase);
+    bool copied = co_await env.manager.end(id, sandbox::EndReason::stopped, erase);
     // The projects it had open go with it (those of sandboxes reaped otherwise, at the next project call).
     auto alive = [&env](const std::string& sandbox) { return env.manager.find(sandbox) != nullptr; };
     env.projects->forget_unless(alive);
     w.begin_object().field("sandbox_id", id).field("stopped", true);
-    if (kept) w.field("saved", !erase).field("deleted", erase);
+    // Not saved when its last files could not be copied to disk: the copy before stays.
+    if (kept) w.field("saved", !erase && copied).field("deleted", erase);
     w.end_object();
     co_return structured(w.take());
 }

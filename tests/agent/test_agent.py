@@ -32,9 +32,9 @@ pytestmark = pytest.mark.skipif(
 class Exit:
     def __init__(self, payload):
         parts = payload.decode().split(" ")
-        assert len(parts) == 8, payload
+        assert len(parts) == 7, payload
         (self.code, self.signal, self.timed_out, self.truncated,
-         self.duration_us, self.max_rss_kb, self.memory_limit, self.disk_limit) = map(int, parts)
+         self.duration_us, self.max_rss_kb, self.memory_limit) = map(int, parts)
 
 
 class Result:

@@ -87,10 +87,14 @@ class Proxy:
         self.port = free_port()
         self.stopped = False
         self.log_path = tmp_path / f"proxy-{self.port}.log"
+        self.records = []   # the ledger lines on stdout, parsed
+        self.synced = threading.Condition()
+        self.next_sync = 0
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([str(AGENT), "--proxy", str(self.port), *allow],
-                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log)
+        threading.Thread(target=self._read_records, daemon=True).start()
         deadline = time.monotonic() + 5
         while True:
             assert self.proc.poll() is None, f"proxy exited: {self.log()}"
@@ -100,6 +104,33 @@ class Proxy:
             except OSError:
                 assert time.monotonic() < deadline, "proxy did not start listening"
                 time.sleep(0.02)
+
+    def _read_records(self):
+        for line in self.proc.stdout:
+            with self.synced:
+                self.records.append(json.loads(line))
+                self.synced.notify_all()
+
+    def sync(self, timeout=5):
+        """Asks for every record owed so far, as the server does at a run's end;
+        returns the connection records (sync markers left out)."""
+        self.next_sync += 1
+        marker = {"event": "sync", "id": self.next_sync}
+        self.proc.stdin.write(f"sync {self.next_sync}\n".encode())
+        self.proc.stdin.flush()
+        with self.synced:
+            assert self.synced.wait_for(lambda: marker in self.records, timeout), self.records
+            return [r for r in self.records if r["event"] == "connection"]
+
+    def ledger(self, timeout=5):
+        """Per (host, port, allowed): the connection records added up."""
+        totals = {}
+        for r in self.sync(timeout):
+            key = (r["host"], r["port"], r["allowed"])
+            t = totals.setdefault(key, {"requests": 0, "bytes_out": 0, "bytes_in": 0})
+            for field in t:
+                t[field] += r[field]
+        return totals
 
     def connect(self):
         return socket.create_connection(("127.0.0.1", self.port), timeout=10)
@@ -605,3 +636,153 @@ def test_stdin_eof_stops_the_proxy(start_proxy, echo_port):
     assert proxy.proc.returncode == 0
     assert read_all(tunnel, 5) == b""
     tunnel.close()
+
+
+# ---- the ledger (records on stdout) ------------------------------------------
+
+
+def test_ledger_counts_requests_and_bytes_of_closed_connections(start_proxy, http_port):
+    proxy = start_proxy(f"127.0.0.1:{http_port}")
+    request = f"GET http://127.0.0.1:{http_port}/x HTTP/1.1\r\n\r\n".encode()
+    answers = [proxy.exchange(request) for _ in range(3)]
+    ledger = proxy.ledger()
+    entry = ledger[("127.0.0.1", http_port, True)]
+    assert entry["requests"] == 3
+    assert entry["bytes_in"] == sum(len(a) for a in answers)
+    # the rewritten head went upstream: origin-form, Host and Connection: close added
+    assert entry["bytes_out"] > 3 * len(b"GET /x HTTP/1.1\r\n\r\n")
+    records = [r for r in proxy.records if r["event"] == "connection"]
+    assert {r["client"] for r in records} == {"127.0.0.1"}
+    assert all("refused" not in r and "error" not in r for r in records)
+
+
+def test_ledger_records_refusals_with_the_reason(start_proxy, http_port, echo_port):
+    proxy = start_proxy(f"127.0.0.1:{http_port}")
+    assert status(proxy.exchange(f"GET http://127.0.0.1:{echo_port}/ HTTP/1.1\r\n\r\n".encode())) == 403
+    assert status(proxy.exchange(b"CONNECT example.invalid:443 HTTP/1.1\r\n\r\n")) == 403
+    refused = [r for r in proxy.sync() if not r["allowed"]]
+    assert {(r["host"], r["port"]) for r in refused} == {("127.0.0.1", echo_port), ("example.invalid", 443)}
+    assert all(r["refused"] == "not in the allow list" and r["requests"] == 1 and r["bytes_out"] == 0
+               for r in refused), refused
+
+
+def test_ledger_private_address_refusal_and_connect_failure(start_proxy):
+    proxy = start_proxy()   # no list: public hosts allowed, private ones refused after resolution
+    assert status(proxy.exchange(b"GET http://127.0.0.1:9/ HTTP/1.1\r\n\r\n")) == 403
+    records = proxy.sync()
+    assert len(records) == 1 and not records[0]["allowed"], records
+    assert "private or reserved" in records[0]["refused"], records
+
+
+def test_ledger_never_carries_request_contents(start_proxy, http_port):
+    proxy = start_proxy(f"127.0.0.1:{http_port}")
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    proxy.exchange(f"POST http://user:{secret}@127.0.0.1:{http_port}/p/{secret}?token={secret} HTTP/1.1\r\n"
+                   f"Authorization: Bearer {secret}\r\nContent-Length: {len(secret)}\r\n\r\n{secret}".encode())
+    with proxy.tunnel(f"127.0.0.1:{http_port}") as s:
+        s.sendall(f"GET /{secret} HTTP/1.1\r\nHost: x\r\nCookie: {secret}\r\n\r\n".encode())
+        read_head(s)
+    records = proxy.sync()
+    assert records, proxy.records
+    for r in records:
+        assert set(r) <= {"event", "client", "host", "port", "allowed", "refused", "error", "requests",
+                          "bytes_out", "bytes_in"}, r
+    assert secret not in json.dumps(proxy.records)
+
+
+def test_ledger_reports_open_tunnels_at_sync_and_the_rest_at_close(start_proxy, echo_port):
+    proxy = start_proxy(f"127.0.0.1:{echo_port}")
+    s = proxy.tunnel(f"127.0.0.1:{echo_port}")
+    s.sendall(b"a" * 1000)
+    recv_exact(s, 1000)
+    first = proxy.ledger()[("127.0.0.1", echo_port, True)]
+    assert first == {"requests": 1, "bytes_out": 1000, "bytes_in": 1000}, first
+    s.sendall(b"b" * 500)
+    recv_exact(s, 500)
+    s.close()
+    deadline = time.monotonic() + 5
+    while proxy.ledger()[("127.0.0.1", echo_port, True)]["bytes_in"] < 1500:
+        assert time.monotonic() < deadline, proxy.records
+        time.sleep(0.05)
+    assert proxy.ledger()[("127.0.0.1", echo_port, True)] == {"requests": 1, "bytes_out": 1500, "bytes_in": 1500}
+
+
+# ---- egress approvals (--ask=SECONDS) -------------------------------------------
+
+
+def wait_for_ask(proxy, timeout=5):
+    with proxy.synced:
+        assert proxy.synced.wait_for(lambda: any(r["event"] == "ask" for r in proxy.records), timeout), proxy.records
+        asks = [r for r in proxy.records if r["event"] == "ask"]
+        proxy.records[:] = [r for r in proxy.records if r["event"] != "ask"]
+        return asks[0]
+
+
+def answer(proxy, ask_id, verdict):
+    proxy.proc.stdin.write(f"answer {ask_id} {verdict}\n".encode())
+    proxy.proc.stdin.flush()
+
+
+@pytest.mark.parametrize("why, text", [("declined", "the user declined"),
+                                       ("timeout", "no answer from the user in time"),
+                                       ("unasked", "the client cannot ask the user")])
+def test_ask_refusals_name_the_reason(start_proxy, http_port, echo_port, why, text):
+    proxy = start_proxy("--ask=5", f"127.0.0.1:{http_port}")
+    with proxy.connect() as s:
+        s.sendall(b"CONNECT example.invalid:443 HTTP/1.1\r\n\r\n")
+        ask = wait_for_ask(proxy)
+        assert (ask["host"], ask["port"], ask["client"]) == ("example.invalid", 443, "127.0.0.1"), ask
+        answer(proxy, ask["id"], f"no {why}")
+        reply = read_all(s)
+    assert status(reply) == 403 and text.encode() in reply, reply
+    refused = proxy.sync()
+    assert refused[0]["refused"] == f"not in the allow list; {text}" or text in refused[0]["refused"], refused
+
+
+def test_an_approval_never_opens_a_private_address(start_proxy, http_port, echo_port):
+    proxy = start_proxy("--ask=5", f"127.0.0.1:{http_port}")
+    with proxy.connect() as s:
+        s.sendall(f"GET http://127.0.0.1:{echo_port}/ HTTP/1.1\r\n\r\n".encode())
+        answer(proxy, wait_for_ask(proxy)["id"], "sandbox")
+        reply = read_all(s)
+    assert status(reply) == 403 and b"private or reserved" in reply, reply
+    assert "private or reserved" in proxy.sync()[0]["refused"]
+
+
+def test_an_unanswered_ask_is_refused_at_the_proxy_deadline(start_proxy, http_port):
+    proxy = start_proxy("--ask=1", f"127.0.0.1:{http_port}")
+    started = time.monotonic()
+    reply = proxy.exchange(b"CONNECT example.invalid:443 HTTP/1.1\r\n\r\n")
+    assert status(reply) == 403 and b"no answer from the server" in reply, reply
+    assert 0.9 < time.monotonic() - started < 5
+
+
+def test_listed_hosts_are_not_asked_about(start_proxy, http_port):
+    proxy = start_proxy("--ask=5", f"127.0.0.1:{http_port}")
+    assert upstream_view(proxy.exchange(f"GET http://127.0.0.1:{http_port}/ HTTP/1.1\r\n\r\n".encode()))
+    assert not [r for r in proxy.records if r["event"] == "ask"]
+
+
+def test_an_approved_host_is_connected_to_and_recorded_as_approved(start_proxy, http_port):
+    """No internet here: the approved name does not resolve, so the proxy answers 502 (it
+    tried) where a refusal is 403, and the ledger says the user allowed it."""
+    proxy = start_proxy("--ask=5", f"127.0.0.1:{http_port}")
+    with proxy.connect() as s:
+        s.sendall(b"CONNECT example.invalid:443 HTTP/1.1\r\n\r\n")
+        answer(proxy, wait_for_ask(proxy)["id"], "once")
+        reply = read_all(s)
+    assert status(reply) == 502, reply
+    [record] = proxy.sync()
+    assert record["allowed"] and record["approved"] == "once" and record["error"], record
+
+
+def test_ledger_reports_a_long_connection_every_few_seconds(start_proxy, echo_port):
+    """Without a sync, an open tunnel's counts still arrive (every 5 s, REPORT_MS)."""
+    proxy = start_proxy(f"127.0.0.1:{echo_port}")
+    with proxy.tunnel(f"127.0.0.1:{echo_port}") as s:
+        s.sendall(b"z" * 300)
+        recv_exact(s, 300)
+        with proxy.synced:
+            assert proxy.synced.wait_for(lambda: any(r["event"] == "connection" for r in proxy.records), 8), proxy.records
+        [record] = [r for r in proxy.records if r["event"] == "connection"]
+        assert (record["requests"], record["bytes_out"], record["bytes_in"]) == (1, 300, 300), record

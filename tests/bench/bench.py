@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,18 @@ LANGUAGE_PROGRAMS = {
 BENCH_LABEL = "io.cubicle.bench"  # marks the baseline containers this script starts with docker run
 BENCH_RUN = f"{os.getpid()}-{time.time_ns()}"  # this run's value of the label: other runs' baselines are left alone
 CALL_TIMEOUT_S = 180.0
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket: the Engine's API for the baselines, without the docker CLI."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost")
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.socket_path)
 
 
 # ---------------------------------------------------------------------------
@@ -364,6 +377,13 @@ class HttpServerProcess:
 # ---------------------------------------------------------------------------
 # No event loop between the socket and the clock: each client writes a request and blocks
 # reading its answer, as the issue's measurement did (a newline-JSON pipe against http.client).
+
+def free_port() -> int:
+    """A loopback TCP port free right now (for a process the bench starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def sched_ns(pattern: str) -> tuple[int, int]:
     """(on a CPU, runnable but waiting for one) in ns so far, summed over the threads that

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Server start → first `execute_code print(1)` result, and where that time goes (issue 26 item 1).
 
-    python3 tests/bench/first_call.py [--runs 10] [--image cubicle/sandbox:latest] [-- SERVER FLAGS]
+    python3 tests/bench/first_call.py [--runs 10] [--image cubicle/sandbox:latest] [--binary PATH ...] [-- SERVER FLAGS]
 
 Each run starts a new `build/cubicle --log-level debug` on stdio (the default pool), sends
 `initialize` at once and a throwaway `execute_code` `print(1)` as soon as it is answered, and stamps
 every line the server logs with the time since the process was spawned. A logged Engine call
 ("docker GET /info: HTTP 200 in 7.7 ms") gives its end (arrival) and start (arrival − duration).
-Between runs, `docker run --rm --network none IMAGE python3 -c 'print(1)'` is timed as the baseline.
+Between runs, `docker run --rm --network none IMAGE python3 -c 'print(1)'` is timed as the baseline,
+and the floor: one container of IMAGE created, started and waited for through the Engine's socket
+(`POST /containers/create`, `/start`, `/wait`; the start alone is what no server can avoid).
+With several `--binary`, the runs alternate between them (say, this build and main's), each a table.
 Stdlib only. Measures; changes nothing.
 """
 
@@ -24,6 +27,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (tests/bench/bench.py)
+
 ENGINE_CALL = re.compile(r"docker (\w+) (\S+): HTTP \d+ in ([\d.]+) ms")
 
 
@@ -34,7 +40,7 @@ def phase_name(method: str, path: str) -> str:
     if path.startswith("/containers/json"):
         query = " (listing: orphan sweep)"
     elif path.startswith("/containers/create"):
-        query = " (named: a sandbox)" if "name=" in path else " (agent copy)"
+        query = " (named: a sandbox)" if "name=" in path else " (agent volume's holder)"
     path = path.split("?", 1)[0]
     path = re.sub(r"/containers/[0-9a-f]{12,}", "/containers/{id}", path)
     path = re.sub(r"/images/[^/]+/json", "/images/{image}/json", path)
@@ -42,7 +48,7 @@ def phase_name(method: str, path: str) -> str:
     return f"{method} {path}{query}"
 
 
-def one_run(binary: Path, image: str, extra: list[str]) -> dict:
+def one_run(binary: Path, image: str, extra: list[str], code: str = "print(1)") -> dict:
     """Spawns a server and returns {"phases": [(name, start_ms, end_ms)], "first_result_ms": ..., ...}."""
     spawned = time.perf_counter()
     proc = subprocess.Popen([str(binary), "--log-level", "debug", "--default-image", image, *extra],
@@ -73,9 +79,9 @@ def one_run(binary: Path, image: str, extra: list[str]) -> dict:
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         proc.stdin.flush()
         sent = (time.perf_counter() - spawned) * 1e3
-        reply, answered = request(2, "tools/call", {"name": "execute_code", "arguments": {"code": "print(1)"}})
+        reply, answered = request(2, "tools/call", {"name": "execute_code", "arguments": {"code": code}})
         result = reply.get("result", {})
-        ok = not result.get("isError") and result.get("structuredContent", {}).get("stdout", "").strip() == "1"
+        ok = not result.get("isError") and (code != "print(1)" or result.get("structuredContent", {}).get("stdout", "").strip() == "1")
     finally:
         proc.stdin.close()  # the server removes its containers and exits
         proc.wait(120)
@@ -90,6 +96,8 @@ def one_run(binary: Path, image: str, extra: list[str]) -> dict:
             start = at - took
         elif " ready (container " in text:
             name, start = "sandbox ready (agent hello; its zygote imports go on)", at
+        elif " taken from the warm pool" in text:
+            name, start = "a pooled sandbox taken for the call", at
         elif "serving on stdio" in text:
             name, start = "start-up line logged (Engine checked)", at
         else:
@@ -97,6 +105,32 @@ def one_run(binary: Path, image: str, extra: list[str]) -> dict:
         seen[name] = seen.get(name, 0) + 1
         phases.append((f"{name} #{seen[name]}" if seen[name] > 1 else name, start, at))
     return {"phases": phases, "initialized": initialized, "sent": sent, "answered": answered, "ok": ok}
+
+
+def engine(conn: bench.UnixHTTPConnection, method: str, path: str, body: dict | None = None) -> tuple[dict, float]:
+    started = time.perf_counter()
+    conn.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read()
+    took = (time.perf_counter() - started) * 1e3
+    if response.status >= 300:
+        raise RuntimeError(f"{method} {path}: HTTP {response.status} {raw[:300]!r}")
+    return (json.loads(raw) if raw else {}), took
+
+
+def engine_floor(image: str) -> dict[str, float]:
+    """One container created, started and waited for through the Engine API: ms per step."""
+    conn = bench.UnixHTTPConnection("/var/run/docker.sock")
+    created, took_create = engine(conn, "POST", "/v1.41/containers/create", {
+        "Image": image, "Cmd": ["python3", "-c", "print(1)"], "NetworkDisabled": True,
+        "Labels": {"io.cubicle.bench": "first-call"}, "HostConfig": {"NetworkMode": "none"}})
+    try:
+        _, took_start = engine(conn, "POST", f"/v1.41/containers/{created['Id']}/start")
+        _, took_wait = engine(conn, "POST", f"/v1.41/containers/{created['Id']}/wait")
+    finally:
+        engine(conn, "DELETE", f"/v1.41/containers/{created['Id']}?force=true")
+        conn.close()
+    return {"create": took_create, "start": took_start, "run": took_create + took_start + took_wait}
 
 
 def docker_run(image: str) -> float:
@@ -110,26 +144,11 @@ def pct(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--image", default="cubicle/sandbox:latest")
-    parser.add_argument("server_flags", nargs="*", help="after --: more flags for the server")
-    args = parser.parse_args()
-    binary = REPO / "build" / "cubicle"
-    runs, baseline = [], []
-    for i in range(args.runs):
-        runs.append(one_run(binary, args.image, args.server_flags))
-        baseline.append(docker_run(args.image))
-        print(f"run {i + 1}: first result at {runs[-1]['answered']:.0f} ms; docker run {baseline[-1]:.0f} ms", file=sys.stderr)
+def report(binary: Path, runs: list[dict], baseline: list[float], args: argparse.Namespace) -> None:
     firsts = [r["answered"] for r in runs]
-    print(f"# server start → first `execute_code print(1)`\n")
-    print(f"- `build/cubicle --log-level debug --default-image {args.image} {' '.join(args.server_flags)}`, "
-          f"{args.runs} runs, each a new server; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    print(f"- failed results: {sum(not r['ok'] for r in runs)}\n")
+    print(f"## `{binary} --log-level debug --default-image {args.image} {' '.join(args.server_flags)}`\n")
+    print(f"- {len(runs)} runs, each a new server; failed results: {sum(not r['ok'] for r in runs)}\n")
     print("| | median ms | p90 ms | ratio |\n|---|---|---|---|")
-    print(f"| `docker run --rm --network none {args.image} python3 -c 'print(1)'` (between runs) | "
-          f"{statistics.median(baseline):.0f} | {pct(baseline, 90):.0f} | baseline |")
     print(f"| spawn → first result | {statistics.median(firsts):.0f} | {pct(firsts, 90):.0f} | "
           f"{statistics.median(firsts) / statistics.median(baseline):.2f}× docker run |")
     print(f"| spawn → initialize answered | {statistics.median([r['initialized'] for r in runs]):.0f} | "
@@ -148,7 +167,43 @@ def main() -> int:
                  statistics.median(r["answered"] for r in runs), statistics.median(r["answered"] - r["sent"] for r in runs)))
     for start, name, count, end, took in sorted(rows):
         print(f"| {name} | {count} | {start:.0f} | {end:.0f} | {took:.0f} |")
-    return 0 if all(r["ok"] for r in runs) else 1
+    print()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--image", default="cubicle/sandbox:latest")
+    parser.add_argument("--code", default="print(1)", help="the first call's Python code (say, 'import pandas')")
+    parser.add_argument("--binary", action="append", type=Path, help="a server binary (repeat to alternate; default build/cubicle)")
+    parser.add_argument("server_flags", nargs="*", help="after --: more flags for the server")
+    args = parser.parse_args()
+    binaries = args.binary or [REPO / "build" / "cubicle"]
+    runs: dict[Path, list[dict]] = {b: [] for b in binaries}
+    baseline: list[float] = []
+    floors: list[dict[str, float]] = []
+    for i in range(args.runs):
+        for binary in binaries:
+            runs[binary].append(one_run(binary, args.image, args.server_flags, args.code))
+            print(f"run {i + 1} {binary}: first result at {runs[binary][-1]['answered']:.0f} ms", file=sys.stderr)
+        baseline.append(docker_run(args.image))
+        floors.append(engine_floor(args.image))
+        print(f"run {i + 1}: docker run {baseline[-1]:.0f} ms, Engine start {floors[-1]['start']:.0f} ms", file=sys.stderr)
+    print(f"# server start → first `execute_code {args.code}`\n")
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    print(f"- {args.runs} runs per binary, alternating; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average {load}\n")
+    print("| baseline (between runs) | median ms | p90 ms |\n|---|---|---|")
+    print(f"| `docker run --rm --network none {args.image} python3 -c 'print(1)'` | "
+          f"{statistics.median(baseline):.0f} | {pct(baseline, 90):.0f} |")
+    for step, what in (("create", "`POST /containers/create`"), ("start", "`POST /containers/{id}/start` (the floor)"),
+                       ("run", "create + start + wait of `python3 -c 'print(1)'`, Engine API")):
+        values = [f[step] for f in floors]
+        print(f"| {what} | {statistics.median(values):.0f} | {pct(values, 90):.0f} |")
+    print()
+    for binary in binaries:
+        report(binary, runs[binary], baseline, args)
+    return 0 if all(r["ok"] for rs in runs.values() for r in rs) else 1
 
 
 if __name__ == "__main__":

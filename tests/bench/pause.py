@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
-import socket
 import statistics
 import sys
 import tempfile
@@ -33,17 +31,7 @@ sys.path.insert(0, str(HERE))
 import bench  # noqa: E402  (tests/bench/bench.py)
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost")
-        self.socket_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.socket_path)
-
-
-def engine_post(conn: UnixHTTPConnection, path: str) -> float:
+def engine_post(conn: bench.UnixHTTPConnection, path: str) -> float:
     t = time.perf_counter()
     conn.request("POST", path)
     response = conn.getresponse()
@@ -81,7 +69,7 @@ async def run(binary: Path, rounds: int, work: Path) -> list[bench.Row]:
             raise RuntimeError(f"docker run: {err}")
         containers.append(out.strip())
     container, cli_container = containers
-    conn = UnixHTTPConnection("/var/run/docker.sock")
+    conn = bench.UnixHTTPConnection("/var/run/docker.sock")
     try:
         await server.start()
         r = await server.call("initialize_sandbox", {})

@@ -36,7 +36,7 @@ async def ok(server: bench.Server, tool: str, args: dict) -> bench.Reply:
 
 
 async def run(binary: Path, count: int, work: Path) -> list[bench.Row]:
-    args = ["--allow-persistent", "--pool-size", "0", "--state-dir", str(work / "state"), "--max-saved-sandboxes", str(count)]
+    args = ["--pool-size", "0", "--state-dir", str(work / "state"), "--max-saved-sandboxes", str(count)]
     names = [f"bench-{i:02d}" for i in range(count)]
     first = bench.Server("first", binary, args, work)
     image = None

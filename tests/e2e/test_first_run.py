@@ -104,7 +104,11 @@ def test_startup_line_names_version_endpoint_api_image_and_pool() -> None:
         (["--egress-allow", "pypi.org:http"], {}, "--egress-allow 'pypi.org:http' is not HOST or HOST:PORT"),
         (["--egress-allow", "https://pypi.org"], {}, "--egress-allow 'https://pypi.org' is not HOST or HOST:PORT"),
         ([], {"CUBICLE_EGRESS_ALLOW": "pypi.org,bad host"}, "CUBICLE_EGRESS_ALLOW 'bad host' is not HOST or HOST:PORT"),
+        (["--egress-approval", "maybe"], {}, "--egress-approval must be ask or off, not 'maybe'"),
+        (["--egress-approval-timeout-s", "0"], {}, "--egress-approval-timeout-s must be a number from 1 to 3600, not '0'"),
         (["--tools", "run,sandboxes"], {}, "--tools: 'sandboxes' is not a tool group; the groups are run, files, runs, snapshots, preview, host, project, packages or all"),
+        (["--zygote-preload", "numpy,,pandas"], {}, "--zygote-preload: '' is not a Python module name"),
+        ([], {"CUBICLE_ZYGOTE_PRELOAD": "numpy;import os"}, "CUBICLE_ZYGOTE_PRELOAD: 'numpy;import os' is not a Python module name"),
         ([], {"CUBICLE_TOOLS": "filez"}, "CUBICLE_TOOLS: 'filez' is not a tool group; the groups are run, files, runs, snapshots, preview, host, project, packages or all"),
     ],
 )

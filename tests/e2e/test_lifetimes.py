@@ -124,7 +124,7 @@ async def test_a_sandbox_with_an_exposed_port_is_not_paused():
 
 
 async def test_a_paused_persistent_sandbox_is_saved_at_exit_and_on_expiry(tmp_path):
-    state = ("--allow-persistent", "--state-dir", str(tmp_path / "state"), "--pool-size", "0", "--idle-pause-s", "1")
+    state = ("--state-dir", str(tmp_path / "state"), "--pool-size", "0", "--idle-pause-s", "1")
     async with start_server(*state) as srv:
         sb = await srv.ok("initialize_sandbox", {"name": "kept", "persistent": True})
         await srv.ok("write_file", {"sandbox_id": sb["sandbox_id"], "path": "a.txt", "content": "kept\n"})

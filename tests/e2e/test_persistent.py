@@ -12,7 +12,6 @@ import signal
 import zipfile
 from pathlib import Path
 
-import pytest
 from conftest import docker, result_text, start_server, store_volumes
 
 NAME = "analysis"
@@ -42,7 +41,7 @@ def wheel() -> bytes:
 
 
 def state_args(state: Path, *more: str) -> tuple[str, ...]:
-    return ("--allow-persistent", "--state-dir", str(state), "--pool-size", "0", *more)
+    return ("--state-dir", str(state), "--pool-size", "0", *more)
 
 
 async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(state_dir, raw_server):
@@ -60,7 +59,7 @@ async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(state_dir, 
         status = await srv.ok("get_sandbox_status", {"sandbox_id": sid})
         assert status["sandboxes"][0]["kind"] == "persistent" and status["sandboxes"][0]["name"] == NAME, status
         container = box["container_id"]
-    # stdin EOF: the server saved it and removed its container, not its volume.
+    # stdin EOF: the server saved it and removed its container and mirror, not its volume.
     assert not containers_of(sid) and len(volumes_of(sid)) == 1, (containers_of(sid), volumes_of(sid))
     record = json.loads((state / "sandboxes" / f"{sid}.json").read_text())
     assert record["ended"] == "server exit" and record["size_bytes"] > 0 and record["owner"] == "stdio:local", record
@@ -101,7 +100,7 @@ async def test_a_persistent_sandbox_outlives_eof_sigterm_and_sigkill(state_dir, 
         assert box["resumed"], box
         r = await srv.sh(sid, "cat after-0.txt after-1.txt data/notes.txt")
         assert r["stdout"] == "SIGTERMSIGKILLkept\n", r
-        assert len(containers_of(sid)) == 1, "the killed server's container is gone"
+        assert len(containers_of(sid)) == 2, "the killed server's containers are gone (these are the sandbox and its mirror)"
         stopped = await srv.ok("stop_sandbox", {"sandbox_id": sid, "delete": True})
         assert stopped["deleted"] and not stopped["saved"], stopped
         assert (await srv.ok("get_sandbox_status"))["saved"] == []
@@ -198,29 +197,44 @@ async def test_two_servers_asked_at_once_make_one_sandbox_of_a_name(state_dir):
     assert store_volumes(state_dir) == []
 
 
-async def test_an_image_whose_workspace_the_user_cannot_write_is_refused(tmp_path, state_dir):
-    """A fresh volume takes its owner from the image's /workspace: one that root owns is refused
-    clearly, and nothing of the attempt is left."""
+def disk_copy_usage(volume: str) -> tuple[int, str]:
+    """Bytes a persistent sandbox's volume on disk takes, and the listing of its last copy."""
     from conftest import IMAGE
-    tag = f"cubicle-test-root-workspace:{tmp_path.name[-12:].lower()}"
-    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nUSER root\nRUN chown root:root /workspace\nUSER 1000:1000\n")
-    docker("build", "-q", "-t", tag, str(tmp_path))
-    try:
-        async with start_server(*state_args(state_dir)) as srv:
-            kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True, "image": tag})
-            assert "owned by the sandbox user" in text, text
-            assert (await srv.ok("get_sandbox_status"))["saved"] == []
-        assert not list((state_dir / "sandboxes").glob("*.json"))
-        assert store_volumes(state_dir) == [], "the new sandbox's volume is removed"
-    finally:
-        docker("rmi", "-f", tag)
+    out = docker("run", "--rm", "--network", "none", "-v", f"{volume}:/v:ro", "--entrypoint", "/bin/sh", IMAGE, "-c",
+                 "du -s -B1 /v | cut -f1; cd /v/current && ls -s --block-size=1K").stdout
+    first, _, listing = out.partition("\n")
+    return int(first), listing
 
 
-async def test_persistent_sandboxes_are_off_unless_the_operator_allows_them(state_dir):
-    """A persistent workspace is on disk with an agent-held quota: off by default, with an
-    error that says why and which flag turns it on; nothing is written to the store."""
-    async with start_server("--state-dir", str(state_dir), "--pool-size", "0") as srv:
+async def test_the_kernel_bounds_a_persistent_workspace_and_its_copy_on_disk(state_dir):
+    """While it runs the workspace is a tmpfs of disk_mb (writes past it fail with ENOSPC, as
+    in every sandbox) and the volume on disk is out of its programs' reach; the copy the mirror
+    makes is no larger: a sparse file stays sparse, a hard link stays one file."""
+    async with start_server(*state_args(state_dir)) as srv:
+        box = await srv.ok("initialize_sandbox", {"name": "bounded", "persistent": True, "disk_mb": 16})
+        sid = box["sandbox_id"]
+        r = await srv.sh(sid, "awk '$2 == \"/workspace\" {print $3}' /proc/mounts; grep -c -e /persist -e cubicle-ws /proc/mounts")
+        assert r["stdout"] == "tmpfs\n0\n", r
+        r = await srv.sh(sid, "dd if=/dev/zero of=big bs=1M count=64 2>&1 | grep -c 'No space left'; rm big; "
+                              "head -c 8388608 /dev/urandom > data; ln data data-link; truncate -s 900M sparse; echo k > small")
+        assert r["stdout"] == "1\n", r
+        stopped = await srv.ok("stop_sandbox", {"sandbox_id": sid})
+        assert stopped["saved"], stopped
+        assert not containers_of(sid), "the sandbox and its mirror are gone"
+        [volume] = volumes_of(sid)
+        used, listing = disk_copy_usage(volume)
+        assert used < 12 * 1024 * 1024, (used, listing)
+        box = await srv.ok("initialize_sandbox", {"name": "bounded", "persistent": True})
+        r = await srv.sh(sid, "cat small; stat -c '%h %s' data; du -k --apparent-size sparse | cut -f1; du -k sparse | cut -f1")
+        assert r["stdout"] == f"k\n2 8388608\n{900 * 1024}\n0\n", r
+        await srv.ok("stop_sandbox", {"sandbox_id": sid, "delete": True})
+    assert not containers_of(sid) and not volumes_of(sid)
+
+
+async def test_persistent_sandboxes_can_be_turned_off(state_dir):
+    """--no-persistent refuses them with an error that names the flag; nothing is written to the store."""
+    async with start_server("--no-persistent", "--state-dir", str(state_dir), "--pool-size", "0") as srv:
         kind, text = await srv.tool_error("initialize_sandbox", {"name": "x", "persistent": True})
-        assert kind == "isError" and "--allow-persistent" in text and "quota" in text, text
+        assert kind == "isError" and "--no-persistent" in text, text
         assert (await srv.ok("get_sandbox_status"))["saved"] == []
     assert not state_dir.exists()

@@ -27,7 +27,7 @@ CHECKSUMS = (
 
 
 def state_args(state: Path, *more: str) -> tuple[str, ...]:
-    return ("--allow-persistent", "--state-dir", str(state), "--pool-size", "0", *more)
+    return ("--state-dir", str(state), "--pool-size", "0", *more)
 
 
 def snapshot_files(state: Path) -> list[str]:

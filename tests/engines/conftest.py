@@ -5,6 +5,7 @@ the environment and flags a cubicle server needs to use it, and a docker CLI poi
 it for the tests' own look-ups. An engine that cannot start here raises EngineUnavailable
 and every test on it is reported as skipped with that reason, never passed.
 
+docker-tcp is the local daemon with the agents dialing home (--agent-channel tcp).
 Engines started here (their own processes, stopped afterwards):
   podman  rootful `podman system service` on a socket in a temp dir, with its own storage
           (the sandbox image is copied in from Docker with `docker save | podman load`)
@@ -82,6 +83,14 @@ def local_docker(tmp: Path) -> Iterator[Engine]:
         raise EngineUnavailable(f"no local Docker daemon: {r.stderr.strip()[:200]}")
     env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
     yield Engine("docker", env)
+
+
+@contextlib.contextmanager
+def local_docker_dialing_home(tmp: Path) -> Iterator[Engine]:
+    """The local daemon, every agent dialing the server over TLS from the agent network
+    (--agent-channel tcp, sandbox/dial_home.hpp) instead of a mounted socket."""
+    with local_docker(tmp) as engine:
+        yield Engine("docker-tcp", engine.env, args=["--agent-channel", "tcp"])
 
 
 # --------------------------------------------------------------------------
@@ -314,6 +323,7 @@ def remote(factory: str) -> Callable[[Path], contextlib.AbstractContextManager[E
 
 ENGINES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Engine]]] = {
     "docker": local_docker,
+    "docker-tcp": local_docker_dialing_home,
     "podman": podman_engine,
     "gvisor": gvisor_engine,
     # Remote Docker through the endpoints work (tests/engines/remote.py): one line each.

@@ -64,7 +64,10 @@ def shared_agent_volume(engine: Engine, cid: str) -> str:
 
 def expected_channel(engine: Engine) -> str:
     """How the server should speak to its agents there: over their own socket on a local engine
-    whose runtime passes host sockets through, else over the engine's attach stream."""
+    whose runtime passes host sockets through, else over the engine's attach stream; the agent
+    dials the server over TLS where the engine's flags ask for it."""
+    if "--agent-channel" in engine.args:
+        return engine.args[engine.args.index("--agent-channel") + 1]
     local = engine.env.get("DOCKER_HOST", "unix://").startswith("unix://")
     return "socket" if local and engine.runtime != "runsc" else "attach"
 
@@ -100,7 +103,9 @@ async def test_lifecycle(engine: Engine):
     # The server's exit removes its warm pool and everything else it made.
     assert await asyncio.to_thread(wait_until, lambda: not engine.container_ids(f"{INSTANCE_LABEL}={instance}"), 20), \
         f"containers of instance {instance} left after the server stopped"
-    assert engine.cli("volume", "inspect", agent_volume, check=False).returncode != 0, f"agent volume {agent_volume} left"
+    # The agent volume is shared by the servers of one agent and kept for the next (agent_volume.hpp):
+    # what must go is this server's container holding it, which the check above covers.
+    assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
 
 
 # --------------------------------------------------------------------------
@@ -329,8 +334,9 @@ async def test_orphans_of_a_dead_server_are_removed(engine: Engine):
     async with serve(engine, "--pool-size", "0", tag="sweeper"):
         assert await asyncio.to_thread(wait_until, lambda: engine.cli("inspect", cid, check=False).returncode != 0, 30), \
             f"the dead server's container {cid[:12]} was not removed"
-        assert await asyncio.to_thread(wait_until, lambda: engine.cli("volume", "inspect", agent_volume, check=False).returncode != 0, 30), \
-            f"the dead server's agent volume {agent_volume} was not removed"
+        # Its holder of the shared agent volume went with its container; the volume stays for the
+        # servers of that agent (agent_volume.hpp).
+        assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
 
 
 async def test_fork_bomb_contained(engine: Engine, srv):

@@ -143,7 +143,9 @@ def test_broken_answers_give_clear_errors(through, proxy, mode):
     else:
         assert result.get("isError"), result
         assert "Docker daemon" in text_of(result), text_of(result)
-        assert took < STEP_S + 3
+        # A call that comes while start-up is meeting the engine waits for it and takes
+        # start-up's error, rather than meet the engine once more.
+        assert took < STEP_S + 3, f"the failed call took {took:.1f} s"
     proxy.set("pass")
     done = s.ok("execute_code", {"code": "print('back')"})
     assert done["stdout"] == "back\n"

@@ -147,12 +147,13 @@ class HttpServer:
     # -- the official SDK ------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def sdk_session(self, principal: str | None = None):
-        """A ClientSession over the SDK's streamable HTTP client (the 2025 session era)."""
+    async def sdk_session(self, principal: str | None = None, elicitation: Any = None):
+        """A ClientSession over the SDK's streamable HTTP client (the 2025 session era);
+        `elicitation`: its elicitation_callback."""
         client = create_mcp_http_client(headers=self.auth(principal))
         async with client:
             async with streamable_http_client(self.url, http_client=client) as (read, write):
-                async with ClientSession(read, write, read_timeout_seconds=60) as session:
+                async with ClientSession(read, write, read_timeout_seconds=60, elicitation_callback=elicitation) as session:
                     await session.initialize()
                     yield session
 

@@ -73,3 +73,18 @@ def test_pool_hits_misses_and_gauges(sandbox_image):
         assert pool_counts(m) == (1, 1, 1), m
         assert m["cubicle_pool_start_failures_total"] == 0
         assert m["cubicle_sandboxes"] == 3
+
+
+def test_pool_memory_gauges(sandbox_image):
+    # Read by the server from the host's /proc and memory cgroups (the engine is local here).
+    with HttpServer("--pool-size", "2", "--pool-max", "2", tag="http-metrics-memory") as srv:
+        srv.initialize()
+        m = wait_for(srv, lambda m: m["cubicle_pool_ready"] == 2 and m["cubicle_pool_memory_measured"] == 2,
+                     "two measured ready sandboxes")
+        mib = 1 << 20
+        # Each: init, the agent and a Python interpreter at least; far less than the image's whole contents.
+        assert 2 * 4 * mib < m["cubicle_pool_memory_uss_bytes"] < 2 * 150 * mib, m
+        assert m["cubicle_pool_memory_uss_bytes"] <= m["cubicle_pool_memory_pss_bytes"], m
+        assert 2 * 4 * mib < m["cubicle_pool_memory_cgroup_rss_bytes"] < 2 * 200 * mib, m
+        assert m["cubicle_pool_memory_cgroup_cache_bytes"] > 0, m
+        assert "# TYPE cubicle_pool_memory_uss_bytes gauge" in srv.request("GET", "/metrics").text

@@ -21,14 +21,14 @@ def ok(srv: HttpServer, session: str, principal: str, name: str, arguments: dict
 
 def test_a_saved_sandbox_is_its_principals_alone(tmp_path):
     state = str(tmp_path / "state")
-    with HttpServer("--allow-persistent", "--state-dir", state, tokens=TOKENS) as srv:
+    with HttpServer("--state-dir", state, tokens=TOKENS) as srv:
         alice = srv.initialize("alice")
         box = ok(srv, alice, "alice", "initialize_sandbox", {"name": "proj", "persistent": True})
         ok(srv, alice, "alice", "write_file", {"sandbox_id": box["sandbox_id"], "path": "mine.txt", "content": "alice's"})
     alice_id = box["sandbox_id"]
     bob_id = None
     try:
-        with HttpServer("--allow-persistent", "--state-dir", state, tokens=TOKENS) as srv:
+        with HttpServer("--state-dir", state, tokens=TOKENS) as srv:
             bob = srv.initialize("bob")
             status = ok(srv, bob, "bob", "get_sandbox_status", {})
             assert status["saved"] == [] and status["sandboxes"] == [], status

@@ -2,12 +2,10 @@
 allowlist applies, and private, link-local and loopback addresses stay unreachable."""
 from __future__ import annotations
 
-import subprocess
-import uuid
 
 import pytest
 
-from conftest import IMAGE, docker, docker_inspect, start_server
+from conftest import bridge_web_server, docker_inspect, start_server
 
 FETCH = (
     "import urllib.request, urllib.error\n"
@@ -22,15 +20,8 @@ FETCH = (
 
 @pytest.fixture(scope="module")
 def web_server():
-    """A web server on Docker's default bridge, outside any sandbox network; yields its address."""
-    name = f"cubicle-test-web-{uuid.uuid4().hex[:8]}"
-    docker("run", "-d", "--rm", "--name", name, "--network", "bridge", "--user", "1000:1000", "-w", "/tmp",
-           "--entrypoint", "sh", IMAGE, "-c", "echo hello-from-web > index.html && exec python3 -m http.server 8080")
-    try:
-        address = docker_inspect(name)["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
+    with bridge_web_server("hello-from-web") as address:
         yield address
-    finally:
-        subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True)
 
 
 async def test_allowlisted_destination_is_reached_through_the_proxy(web_server):

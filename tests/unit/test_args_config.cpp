@@ -153,7 +153,7 @@ const char* const env_vars[] = {
     "CUBICLE_MAX_MEMORY_MB", "CUBICLE_MAX_CPUS",     "CUBICLE_MAX_PIDS_LIMIT",   "CUBICLE_MAX_TMP_SIZE_MB",
     "CUBICLE_DISK_MB",       "CUBICLE_FILES_LIMIT",  "CUBICLE_MAX_DISK_MB",      "CUBICLE_MAX_FILES_LIMIT",
     "CUBICLE_DOCKER_TIMEOUT_S", "CUBICLE_TOOLS",
-    "CUBICLE_IDLE_PAUSE_S",  "CUBICLE_MAX_TTL_S",    "CUBICLE_DEFAULT_TTL_S",
+    "CUBICLE_IDLE_PAUSE_S",  "CUBICLE_MAX_TTL_S",    "CUBICLE_DEFAULT_TTL_S", "CUBICLE_ZYGOTE_PRELOAD",
 };
 
 class ParseArgsTest : public ::testing::Test {
@@ -252,10 +252,19 @@ TEST_F(ParseArgsTest, Defaults) {
     EXPECT_EQ(parsed.config.result_budget, 16u << 10);
     EXPECT_FALSE(parsed.config.allow_network);
     EXPECT_EQ(parsed.config.max_egress_networks, 16);
+    EXPECT_EQ(parsed.config.egress_approval_timeout_s, 60);
+    EXPECT_TRUE(parsed.config.egress_asks());  // stdio
     EXPECT_EQ(parsed.config.pool_size, defaults.pool_size);
     EXPECT_EQ(parsed.config.pool_refill, defaults.pool_refill);
     EXPECT_EQ(parsed.config.pool_idle_s, defaults.pool_idle_s);
     EXPECT_EQ(parsed.config.log_level, "info");
+}
+
+TEST_F(ParseArgsTest, EgressApprovalAsksOnStdioOnlyUnlessSet) {
+    EXPECT_FALSE(parse({"--transport", "http"}).config.egress_asks());
+    EXPECT_TRUE(parse({"--transport", "http", "--egress-approval", "ask"}).config.egress_asks());
+    EXPECT_FALSE(parse({"--egress-approval", "off"}).config.egress_asks());
+    EXPECT_EQ(parse({"--egress-approval-timeout-s", "2"}).config.egress_approval_timeout_s, 2);
 }
 
 TEST_F(ParseArgsTest, FlagsWithSeparateValues) {
@@ -436,11 +445,24 @@ TEST_F(ParseArgsTest, LifetimeOptions) {
     EXPECT_EQ(parse({"--max-ttl-s", "60", "--default-ttl-s", "600"}).config.max_ttl_s, 600);
 }
 
+TEST_F(ParseArgsTest, ZygotePreload) {
+    EXPECT_FALSE(parse({}).config.zygote_preload.has_value());  // the language table's default
+    EXPECT_EQ(parse({"--zygote-preload", "none"}).config.zygote_preload, std::vector<std::string>{});
+    auto modules = std::vector<std::string>{"numpy", "matplotlib.pyplot", "_private"};
+    EXPECT_EQ(parse({"--zygote-preload=numpy,matplotlib.pyplot,_private"}).config.zygote_preload, modules);
+    ::setenv("CUBICLE_ZYGOTE_PRELOAD", "pandas", 1);
+    EXPECT_EQ(parse({}).config.zygote_preload, std::vector<std::string>{"pandas"});
+    for (const char* bad : {"", "numpy,", ",numpy", "numpy,,pandas", "os;rm", "1numpy", "numpy.", "a..b", "num py"}) {
+        auto error = error_of({"--zygote-preload", bad});
+        EXPECT_NE(error.find("is not a Python module name"), std::string::npos) << bad << ": " << error;
+    }
+}
+
 TEST(Usage, MentionsEveryFlagAndVariable) {
     std::string text = usage();
     for (const char* flag : {"--default-image", "--docker-host", "--docker-timeout-s", "--memory-mb", "--cpus", "--timeout-s", "--max-timeout-s",
                              "--max-sandboxes", "--pids-limit", "--tmp-size-mb", "--max-output-bytes", "--allow-network",
-                             "--pool-size", "--pool-refill", "--pool-idle-s", "--idle-pause-s", "--max-ttl-s", "--default-ttl-s",
+                             "--pool-size", "--pool-refill", "--pool-idle-s", "--zygote-preload", "--idle-pause-s", "--max-ttl-s", "--default-ttl-s",
                              "--log-level", "--help", "--version", "-h", "-V"}) {
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
     }

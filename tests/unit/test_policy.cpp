@@ -23,6 +23,7 @@
 #include "common/json.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/languages.hpp"
+#include "sandbox/owner.hpp"
 #include "sandbox/policy.hpp"
 
 namespace cubicle::sandbox {
@@ -210,47 +211,83 @@ TEST_F(PolicyTest, WorkspaceQuotaIsACappedTmpfsChargedToMemory) {
     EXPECT_TRUE(found);
 }
 
-TEST_F(PolicyTest, WorkspaceOnDiskIsTheNamedVolumeWithTheAgentsQuota) {
+TEST_F(PolicyTest, APersistentWorkspaceIsItsNamedTmpfsChargedToMemory) {
     auto s = spec();
     s.memory_mb = 512;
     s.disk_mb = 1024;
-    s.files_limit = 100000;
-    s.workspace_volume = "cubicle-ws-sb-5678";
+    s.workspace_volume = "cubicle-live-sb-5678";
     auto root = config_for(s);
     auto host = root["HostConfig"];
-    // On disk the workspace is not memory: the ceiling leaves disk_mb out.
-    EXPECT_EQ(i64(host["Memory"]), (512 + s.tmp_size_mb + own_processes_mb) * mib);
-    EXPECT_EQ(memory_limits(s).ceiling_mb, 512 + s.tmp_size_mb + own_processes_mb);
-    // The agent holds the quota instead: BYTES:FILES after its memory limit.
+    // A tmpfs like every workspace: the ceiling holds disk_mb, and the agent holds no disk quota.
+    EXPECT_EQ(i64(host["Memory"]), (512 + 1024 + s.tmp_size_mb + own_processes_mb) * mib);
     EXPECT_EQ(string_array(root["Entrypoint"].value()),
-              (std::vector<std::string>{agent_path, agent_sandbox_flag, agent_memory_flag, std::to_string(512LL << 20), agent_disk_flag,
-                                        fmt::format("{}:{}", 1024LL << 20, 100000)}));
+              (std::vector<std::string>{agent_path, agent_sandbox_flag, agent_memory_flag, std::to_string(512LL << 20)}));
     simdjson::dom::array mounts;
     ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
     int found = 0;
     for (auto m : mounts) {
+        std::string_view source;
+        if (m["Source"].get(source) == simdjson::SUCCESS) {
+            EXPECT_FALSE(source.starts_with("cubicle-ws-")) << "the volume on disk is the mirror's only";
+        }
         if (str(m["Target"]) != workspace_dir) continue;
         ++found;
-        EXPECT_EQ(str(m["Type"]), "volume");
-        EXPECT_EQ(str(m["Source"]), "cubicle-ws-sb-5678");
-        // NoCopy false: a fresh volume takes the image's /workspace and its owner.
-        bool no_copy = true;
-        EXPECT_EQ(m["VolumeOptions"]["NoCopy"].get(no_copy), simdjson::SUCCESS);
-        EXPECT_FALSE(no_copy);
-        simdjson::dom::element driver;
-        EXPECT_NE(m["VolumeOptions"]["DriverConfig"].get(driver), simdjson::SUCCESS) << "no tmpfs on a volume on disk";
+        EXPECT_EQ(str(m["Source"]), "cubicle-live-sb-5678");
+        EXPECT_TRUE(boolean(m["VolumeOptions"]["NoCopy"])) << "nothing of the image is copied over the saved files";
+        // Should the volume be gone, the one the Engine makes in its place is the same tmpfs.
+        EXPECT_EQ(str(m["VolumeOptions"]["DriverConfig"]["Options"]["type"]), "tmpfs");
     }
     EXPECT_EQ(found, 1);
+}
 
-    // Without the agent (the exec fallback) nothing would hold the quota on disk.
-    s.workspace_volume = "cubicle-ws-sb-5678";
-    EXPECT_THROW(container_config(s, "inst-1234", "sb-5678", false), ToolError);
+TEST_F(PolicyTest, TheLiveVolumeIsASizedTmpfsOfThisInstance) {
+    auto s = spec();
+    s.disk_mb = 64;
+    s.files_limit = 5000;
+    s.sandbox_id = "sb-5678";
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(live_volume_config(s, "cubicle-live-sb-5678", "inst")));
+    auto volume = doc.root();
+    EXPECT_EQ(str(volume["Name"]), "cubicle-live-sb-5678");
+    EXPECT_EQ(str(volume["DriverOpts"]["type"]), "tmpfs");
+    EXPECT_NE(str(volume["DriverOpts"]["o"]).find("size=64m,nr_inodes=5000,uid=1000,gid=1000,mode=0711,nosuid,nodev"),
+              std::string::npos);
+    EXPECT_EQ(str(volume["Labels"][label_role]), role_live);
+    EXPECT_EQ(str(volume["Labels"][label_instance]), "inst");
+    EXPECT_EQ(str(volume["Labels"][label_sandbox]), "sb-5678");
+}
 
-    // Without a volume: the tmpfs, and no --disk-limit (the kernel holds that quota).
-    s.workspace_volume.clear();
-    auto tmpfs_root = config_for(s);
-    auto entrypoint = string_array(tmpfs_root["Entrypoint"].value());
-    EXPECT_EQ(std::find(entrypoint.begin(), entrypoint.end(), agent_disk_flag), entrypoint.end());
+TEST_F(PolicyTest, TheMirrorIsLockedDownLikeASandbox) {
+    auto s = spec();
+    s.disk_mb = 100;
+    s.sandbox_id = "sb-5678";
+    json::Document doc;
+    s.image = "untrusted/image";
+    ASSERT_FALSE(doc.parse(mirror_config(s, "trusted/default", "inst", "cubicle-live-sb-5678", "cubicle-ws-sb-5678", "echo ready")));
+    auto root = doc.root();
+    EXPECT_EQ(str(root["Image"]), "trusted/default") << "never the sandbox's own image";
+    EXPECT_EQ(str(root["User"]), "1000:1000");
+    EXPECT_EQ(string_array(root["Entrypoint"].value()), (std::vector<std::string>{"/bin/sh", "-c", "echo ready", "cubicle-mirror"}));
+    EXPECT_EQ(str(root["Labels"][label_role]), role_mirror);
+    EXPECT_EQ(str(root["Labels"][label_sandbox]), "sb-5678");
+    // Its owner under a label older cubicles' sweeps do not read: they never take it for an orphan.
+    EXPECT_EQ(str(root["Labels"][label_mirror_owner]), owner_record());
+    simdjson::dom::element none;
+    EXPECT_NE(root["Labels"][label_owner].get(none), simdjson::SUCCESS);
+    auto host = root["HostConfig"];
+    EXPECT_EQ(str(host["NetworkMode"]), "none");
+    EXPECT_EQ(string_array(host["CapDrop"].value()), (std::vector<std::string>{"ALL"}));
+    EXPECT_EQ(string_array(host["SecurityOpt"].value()), (std::vector<std::string>{"no-new-privileges"}));
+    EXPECT_TRUE(boolean(host["ReadonlyRootfs"]));
+    EXPECT_FALSE(boolean(host["Privileged"]));
+    EXPECT_TRUE(boolean(root["StdinOnce"]));  // its last copy when the server's connection drops
+    EXPECT_EQ(i64(host["Memory"]), (100 + 64) * mib);
+    simdjson::dom::array mounts;
+    ASSERT_EQ(host["Mounts"].get(mounts), simdjson::SUCCESS);
+    std::vector<std::string> seen;
+    for (auto m : mounts) seen.push_back(fmt::format("{}:{}:{}", str(m["Source"]), str(m["Target"]), boolean(m["VolumeOptions"]["NoCopy"])));
+    // The volume on disk where the image has /workspace: a new one takes its owner, the sandbox user.
+    EXPECT_EQ(seen, (std::vector<std::string>{"cubicle-ws-sb-5678:/workspace:false", "cubicle-live-sb-5678:/live:true"}));
 }
 
 TEST_F(PolicyTest, LargeMemoryDoesNotOverflow) {
@@ -364,18 +401,71 @@ TEST_F(PolicyTest, AgentChannelIsBoundReadOnlyWhereTheAgentLooksForIt) {
     EXPECT_TRUE(binds(container_config(spec(), "inst", "sb-1", false, {}, "vol", "/run/cubicle/sb-1.sock")).empty());
 }
 
-TEST(AgentVolumePolicy, TheVolumeAndItsFillerAreLabelledAsThisInstances) {
+TEST_F(PolicyTest, AnAgentThatDialsHomeIsOnTheAgentNetworkAloneWithItsTicketInItsEnvironment) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(container_config(spec(), "inst", "sb-1", true, {}, "vol", {}, "net-id", "10.0.0.1:4000 pin token")));
+    EXPECT_EQ(str(doc.root()["HostConfig"]["NetworkMode"]), "net-id");
+    EXPECT_EQ(doc.root()["NetworkDisabled"].error(), simdjson::NO_SUCH_FIELD);
+    auto env = string_array(doc.root()["Env"].value());
+    EXPECT_EQ(std::count(env.begin(), env.end(), std::string(CUBICLE_AGENT_DIAL) + "=10.0.0.1:4000 pin token"), 1);
+    // Without the agent nobody would dial, and nothing may join the agent network.
+    json::Document exec;
+    ASSERT_FALSE(exec.parse(container_config(spec(), "inst", "sb-1", false, {}, "vol", {}, "net-id", "10.0.0.1:4000 pin token")));
+    EXPECT_EQ(str(exec.root()["HostConfig"]["NetworkMode"]), "none");
+    for (const auto& var : string_array(exec.root()["Env"].value())) EXPECT_EQ(var.find(CUBICLE_AGENT_DIAL), std::string::npos);
+    // A networked sandbox is on its egress network: it cannot be on the agent network too.
+    auto networked = spec();
+    networked.network = true;
+    networked.network_name = "egress";
+    EXPECT_THROW(container_config(networked, "inst", "sb-1", true, {}, "vol", {}, "net-id", "x"), ToolError);
+}
+
+TEST(AgentNetworkPolicy, InternalWithoutTrafficBetweenContainers) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(agent_network_config("cubicle-agents-x", "inst")));
+    EXPECT_EQ(str(doc.root()["Name"]), "cubicle-agents-x");
+    EXPECT_TRUE(boolean(doc.root()["Internal"]));
+    EXPECT_EQ(str(doc.root()["Options"]["com.docker.network.bridge.enable_icc"]), "false");
+    EXPECT_EQ(str(doc.root()["Labels"]["io.cubicle.instance"]), "inst");
+}
+
+TEST(AgentNetworkPolicy, ASandboxsOwnNetworkHasNoHostAddressAndNoWayOut) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(dial_network_config("cubicle-dial-x", "inst", "10.213.1.8/29")));
+    EXPECT_TRUE(boolean(doc.root()["Internal"]));
+    EXPECT_EQ(str(doc.root()["Options"]["com.docker.network.bridge.inhibit_ipv4"]), "true");
+    EXPECT_EQ(str(doc.root()["IPAM"]["Config"].at(0)["Subnet"]), "10.213.1.8/29");
+    EXPECT_EQ(str(doc.root()["Labels"]["io.cubicle.instance"]), "inst");
+}
+
+TEST(AgentNetworkPolicy, TheRelayIsLockedDownAsTheProxyIs) {
+    json::Document doc;
+    ASSERT_FALSE(doc.parse(relay_config("img", "inst", {}, "vol", "agents-net", 4000, "172.18.0.1:41000")));
+    EXPECT_EQ(string_array(doc.root()["Entrypoint"].value()),
+              (std::vector<std::string>{agent_path, "--relay", "4000", "172.18.0.1:41000"}));
+    auto host = doc.root()["HostConfig"];
+    EXPECT_EQ(str(host["NetworkMode"]), "agents-net");
+    EXPECT_EQ(string_array(host["CapDrop"].value()), std::vector<std::string>{"ALL"});
+    EXPECT_TRUE(boolean(host["ReadonlyRootfs"]));
+    EXPECT_EQ(str(doc.root()["User"]).rfind("0:", 0), std::string::npos);  // never root
+    EXPECT_EQ(str(doc.root()["Labels"]["io.cubicle.role"]), "relay");
+}
+
+TEST(AgentVolumePolicy, TheVolumeIsTheAgentsAndItsHolderThisInstances) {
     json::Document volume;
-    ASSERT_FALSE(volume.parse(agent_volume_config("cubicle-agent-x", "x")));
+    ASSERT_FALSE(volume.parse(agent_volume_config("cubicle-agent-x", "d1g3st")));
     EXPECT_EQ(str(volume.root()["Name"]), "cubicle-agent-x");
     auto labels = volume.root()["Labels"];
     EXPECT_EQ(str(labels["io.cubicle.managed"]), "true");
-    EXPECT_EQ(str(labels["io.cubicle.instance"]), "x");
     EXPECT_EQ(str(labels["io.cubicle.role"]), "agent");
-    EXPECT_FALSE(str(labels["io.cubicle.owner"]).empty());  // the sweep's liveness rule needs it
+    EXPECT_EQ(str(labels["io.cubicle.agent-digest"]), "d1g3st");
+    // Shared by the servers of that agent: no server's, so no server's exit or death removes it.
+    EXPECT_TRUE(labels["io.cubicle.instance"].error() == simdjson::NO_SUCH_FIELD);
+    EXPECT_TRUE(labels["io.cubicle.owner"].error() == simdjson::NO_SUCH_FIELD);
     json::Document filler;
     ASSERT_FALSE(filler.parse(agent_volume_filler_config("img", "x", "cubicle-agent-x")));
-    EXPECT_EQ(str(filler.root()["Labels"]["io.cubicle.instance"]), "x");  // a dead server's filler is swept like its sandboxes
+    EXPECT_EQ(str(filler.root()["Labels"]["io.cubicle.instance"]), "x");  // a dead server's holder is swept like its sandboxes
+    EXPECT_FALSE(str(filler.root()["Labels"]["io.cubicle.owner"]).empty());
     auto mount = filler.root()["HostConfig"]["Mounts"].at(0);
     EXPECT_EQ(str(mount["Source"]), "cubicle-agent-x");
     EXPECT_EQ(str(mount["Target"]), agent_dir);

@@ -179,6 +179,12 @@ TEST(SearchPattern, RefusalsNameTheProblem) {
     EXPECT_EQ(ere("[abc").substr(0, 6), "!a [ i");
     EXPECT_EQ(ere("r+++p").substr(0, 24), "!a quantifier follows an");
     EXPECT_EQ(ere("(a{100}){100}(b{100})").substr(0, 24), "!the pattern's {n,m} rep");
+    // regcomp's memory grows with the square of an atom's copies: 2.5 GB for this one
+    EXPECT_EQ(ere("x{2,17778}?").substr(0, 24), "!the pattern's {n,m} rep");
+    EXPECT_EQ(ere("a{2,1999}"), "a{2,1999}");   // 33 MB
+    EXPECT_EQ(ere("a{1000}b{1000}").substr(0, 24), "!the pattern's {n,m} rep");   // neighbours add up
+    EXPECT_EQ(ere("\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}").substr(0, 6), "[0-9]{");
+    EXPECT_EQ(ere(std::string(64, '(').c_str()).substr(0, 21), "!groups are nested to");
 }
 
 std::string literal(const char* ere_text) {

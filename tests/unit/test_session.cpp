@@ -94,6 +94,26 @@ asio::awaitable<ToolResult> wait_tool(simdjson::dom::element arguments, std::sha
     co_return result;
 }
 
+// Asks the client (elicitation/create), waiting `ms` (default 2 s) for the answer.
+asio::awaitable<ToolResult> ask_tool(simdjson::dom::element arguments, std::shared_ptr<RequestContext> context) {
+    std::int64_t ms = 2000;
+    if (arguments["ms"].get(ms) != simdjson::SUCCESS) ms = 2000;
+    json::Writer w;
+    w.begin_object();
+    if (!context->can_elicit()) {
+        w.field("asked", false);
+    } else {
+        std::string params = R"({"mode":"form","message":"Allow?","requestedSchema":{"type":"object","properties":{}}})";
+        auto answer = co_await context->elicit(std::move(params), std::chrono::milliseconds(ms));
+        w.field("asked", true).key("answer");
+        if (answer) w.raw(*answer);
+        else w.null();
+    }
+    w.end_object();
+    ToolResult result{.structured = w.take()};
+    co_return result;
+}
+
 // Written readably, with newlines, as the real tools are.
 const char* const pretty_input_schema = R"({
     "type": "object",
@@ -124,6 +144,15 @@ std::vector<Tool> fake_tools() {
     tools.push_back(Tool{.name = "wait", .title = "Wait", .description = "Waits until cancelled",
                          .input_schema = pretty_input_schema, .output_schema = pretty_output_schema,
                          .handler = wait_tool, .task_support = true});
+    return tools;
+}
+
+// The fake tools and one that asks the client.
+std::vector<Tool> tools_with_ask() {
+    auto tools = fake_tools();
+    tools.push_back(Tool{.name = "ask", .title = "Ask", .description = "Asks the user",
+                         .input_schema = R"({"type":"object","properties":{}})",
+                         .output_schema = R"({"type":"object","properties":{}})", .handler = ask_tool});
     return tools;
 }
 
@@ -725,6 +754,55 @@ TEST_F(SessionTest, OmittedArgumentsAreAnEmptyObject) {
     EXPECT_FALSE(boolean(m.result()["isError"])) << m.text;
     EXPECT_EQ(tool_log.last_arguments, "{}");
     EXPECT_EQ(json::to_string(m.result()["structuredContent"]["echo"].value()), "{}");
+}
+
+// ---------------------------------------------------------------- requests to the client
+
+class ElicitationTest : public SessionTest {
+protected:
+    void SetUp() override {
+        SessionTest::SetUp();
+        session_ = std::make_unique<Session>(io_.get_executor(), ServerInfo{"cubicle-test", "9.8.7", "Use the tools."},
+                                             tools_with_ask(), [this](std::string m) { raw_.push_back(std::move(m)); });
+    }
+};
+
+TEST_F(ElicitationTest, NoElicitationWithoutTheCapability) {
+    call("0", "initialize", R"({"protocolVersion":"2025-11-25","capabilities":{}})");
+    const auto& m = call_tool("1", "ask", "{}");
+    EXPECT_FALSE(boolean(m.result()["structuredContent"]["asked"])) << m.text;
+    call("2", "initialize", R"({"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"url":{}}}})");
+    const auto& url_only = call_tool("3", "ask", "{}");
+    EXPECT_FALSE(boolean(url_only.result()["structuredContent"]["asked"])) << url_only.text;  // url mode is no form
+}
+
+TEST_F(ElicitationTest, IsARequestAnsweredByTheClientsResponse) {
+    call("0", "initialize", R"({"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}}})");
+    send(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{}}})");
+    ASSERT_TRUE(run_until([&] { return !notifications("elicitation/create").empty(); }));
+    const auto* question = notifications("elicitation/create").front();
+    EXPECT_EQ(question->id(), R"("cubicle-1")") << question->text;
+    EXPECT_EQ(str(question->root()["params"]["message"]), "Allow?");
+    // A response nobody waits for changes nothing; the one awaited ends the wait.
+    send(R"({"jsonrpc":"2.0","id":"cubicle-99","result":{"action":"decline"}})");
+    send(R"({"jsonrpc":"2.0","id":"cubicle-1","result":{"action":"accept","content":{"decision":"once"}}})");
+    ASSERT_TRUE(run_until([&] { return response("1") != nullptr; }));
+    auto answer = response("1")->result()["structuredContent"]["answer"];
+    EXPECT_EQ(str(answer["action"]), "accept") << response("1")->text;
+    EXPECT_EQ(str(answer["content"]["decision"]), "once");
+    EXPECT_EQ(count_responses(R"("cubicle-99")"), 0u);  // never answered back
+}
+
+TEST_F(ElicitationTest, WithoutAnswerOrWithAnErrorIsNone) {
+    call("0", "initialize", R"({"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}}})");
+    const auto& timed_out = call_tool("1", "ask", R"({"ms":50})");
+    EXPECT_TRUE(timed_out.result()["structuredContent"]["answer"].is_null()) << timed_out.text;
+    send(R"({"jsonrpc":"2.0","id":"cubicle-1","result":{"action":"accept"}})");  // late: ignored
+    send(R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask","arguments":{}}})");
+    ASSERT_TRUE(run_until([&] { return notifications("elicitation/create").size() == 2; }));
+    send(R"({"jsonrpc":"2.0","id":"cubicle-2","error":{"code":-32600,"message":"Elicitation not supported"}})");
+    ASSERT_TRUE(run_until([&] { return response("2") != nullptr; }));
+    EXPECT_TRUE(response("2")->result()["structuredContent"]["answer"].is_null()) << response("2")->text;
 }
 
 TEST_F(SessionTest, ToolErrorBecomesIsErrorResult) {
