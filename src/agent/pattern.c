@@ -222,45 +222,76 @@ static int has_back_reference(const char *p)
 }
 
 /* What regcomp will copy of the pattern: an atom counts once, a group the sum
- * of what it holds, and {n,m} adds m copies of the atom or group before it. */
-enum { most_copies = 2000, deepest_group = 64 };
+ * of what it holds, and {n,m} adds m copies of the atom or group before it.
+ * Copies of something that can match the empty string (a?, (a*b*), ^) cost
+ * more: regcomp's epsilon closures chain through all of them, so its memory
+ * grows with the square of their number ((a?){1999} takes 316 MB, a{2,1999}
+ * 33 MB); they count `nullable_cost` times. */
+enum { most_copies = 2000, deepest_group = 64, nullable_cost = 4 };
+struct repetition_level {
+    double sum;           /* the copies counted so far in this group */
+    int solid;            /* atoms of the current alternative that cannot match empty */
+    int empty_branch;     /* an earlier alternative can match empty */
+};
 struct repetition_count {
-    double level[deepest_group];   /* the sum so far in each open group, [0] outside any */
+    struct repetition_level level[deepest_group];   /* [0] outside any group */
     int depth;
-    double last;   /* the atom or group just counted */
+    double last;         /* the atom or group just counted */
+    int last_nullable;   /* ...and whether it can match empty */
 };
 
-static void count_atom(struct repetition_count *c, double weight)
+static void count_atom(struct repetition_count *c, double weight, int nullable)
 {
     c->last = weight;
-    c->level[c->depth] += weight;
+    c->last_nullable = nullable;
+    c->level[c->depth].sum += weight;
+    c->level[c->depth].solid += !nullable;
+}
+
+/* A quantifier that allows zero copies (?, *, {0,m}) follows the last atom. */
+static void count_optional(struct repetition_count *c)
+{
+    if (!c->last_nullable) {
+        c->last_nullable = 1;
+        c->level[c->depth].solid--;
+    }
+}
+
+static void count_alternative(struct repetition_count *c)
+{
+    struct repetition_level *l = &c->level[c->depth];
+    l->empty_branch |= l->solid == 0;
+    l->solid = 0;
 }
 
 static int count_open(struct repetition_count *c)
 {
     if (c->depth + 1 >= deepest_group)
         return -1;
-    c->level[++c->depth] = 0;
+    c->level[++c->depth] = (struct repetition_level){0};
     return 0;
 }
 
 static void count_close(struct repetition_count *c)
 {
     if (c->depth == 0) {   /* an unmatched ')' is a literal */
-        count_atom(c, 1);
+        count_atom(c, 1, 0);
         return;
     }
-    double group = c->level[c->depth--];
-    count_atom(c, group);
+    struct repetition_level group = c->level[c->depth--];
+    count_atom(c, group.sum, group.empty_branch || group.solid == 0);
 }
 
-static int count_repeat(struct repetition_count *c, unsigned long most)
+static int count_repeat(struct repetition_count *c, unsigned long least, unsigned long most)
 {
-    c->level[c->depth] += c->last * (double)most;
-    c->last *= (double)most + 1;
+    double cost = c->last * (c->last_nullable ? nullable_cost : 1);
+    c->level[c->depth].sum += cost * (double)most;
+    c->last = cost * ((double)most + 1);
+    if (least == 0)
+        count_optional(c);
     double total = 0;
     for (int d = 0; d <= c->depth; d++)
-        total += c->level[d];
+        total += c->level[d].sum;
     return total > most_copies ? -1 : 0;
 }
 
@@ -286,7 +317,7 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
     }
     while (*p) {
         char c = *p;
-        int quantifier = 0;
+        int quantifier = 0, matches_empty = 0;
         if (after_quantifier == 1 && (c == '?' || c == '+')) {
             p++;   /* lazy or possessive: the same lines match */
             after_quantifier = 2;
@@ -304,10 +335,13 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
             } else if (strchr("wWsSbB<>`'", e) || (e >= '1' && e <= '9')) {
                 *o++ = '\\';
                 *o++ = e;
+                matches_empty = strchr("bB<>`'", e) || isdigit((unsigned char)e);   /* an anchor, or a back-reference to an empty group */
             } else if (e == 'A') {
                 *o++ = '^';
+                matches_empty = 1;
             } else if (e == 'z' || e == 'Z') {
                 *o++ = '$';
+                matches_empty = 1;
             } else if (e == 'x') {
                 int value = hex_escape(&p);
                 if (value < 0) {
@@ -340,11 +374,11 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
         } else if (c == '{') {
             if (interval_at(p)) {
                 const char *comma = strchr(p, ',');
-                unsigned long most = strtoul(p + 1, NULL, 10), upper = 0;
+                unsigned long least = strtoul(p + 1, NULL, 10), upper = 0;
                 if (comma && comma < strchr(p, '}'))
                     upper = strtoul(comma + 1, NULL, 10);
-                if (count_repeat(&count, upper > most ? upper : most) < 0) {
-                    *error = "the pattern's {n,m} repetitions are too large (at most 2000 copies in all)";
+                if (count_repeat(&count, least, upper > least ? upper : least) < 0) {
+                    *error = "the pattern's {n,m} repetitions are too large (at most 2000 copies in all; copies of a part that can match nothing count four times)";
                     goto fail;
                 }
                 while (*p != '}')
@@ -360,10 +394,14 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
             p++;
         } else {
             quantifier = c == '*' || c == '+' || c == '?';
+            matches_empty = c == '^' || c == '$';
             *o++ = c;
             p++;
         }
-        if (!quantifier) {
+        if (quantifier && c != '{') {
+            if (c != '+')
+                count_optional(&count);
+        } else if (!quantifier) {
             if (c == '(') {
                 if (count_open(&count) < 0) {
                     *error = "groups are nested too deeply (at most 63)";
@@ -371,8 +409,11 @@ char *pattern_to_ere(const char *pattern, int *ignore_case, const char **error)
                 }
             } else if (c == ')') {
                 count_close(&count);
-            } else if (c != '|') {
-                count_atom(&count, c == '.' ? 4 : 1);   /* a widened '.' is a group of four */
+            } else if (c == '|') {
+                count_alternative(&count);
+            } else {
+                /* a widened '.' is a group of four */
+                count_atom(&count, c == '.' ? 4 : 1, matches_empty);
             }
         }
         after_quantifier = quantifier;

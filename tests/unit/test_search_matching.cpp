@@ -183,6 +183,14 @@ TEST(SearchPattern, RefusalsNameTheProblem) {
     EXPECT_EQ(ere("x{2,17778}?").substr(0, 24), "!the pattern's {n,m} rep");
     EXPECT_EQ(ere("a{2,1999}"), "a{2,1999}");   // 33 MB
     EXPECT_EQ(ere("a{1000}b{1000}").substr(0, 24), "!the pattern's {n,m} rep");   // neighbours add up
+    // copies of what can match empty chain regcomp's closures: 316 MB for (a?){1999}
+    EXPECT_EQ(ere("(a?){1999}").substr(0, 24), "!the pattern's {n,m} rep");
+    EXPECT_EQ(ere("(a*b*){999}").substr(0, 24), "!the pattern's {n,m} rep");
+    EXPECT_EQ(ere("(a|){999}").substr(0, 24), "!the pattern's {n,m} rep");
+    EXPECT_EQ(ere("(^){999}").substr(0, 24), "!the pattern's {n,m} rep");
+    EXPECT_EQ(ere("(a?){499}"), "(a?){499}");   // 22 MB
+    EXPECT_EQ(ere("(ab?){999}"), "(ab?){999}");   // each copy needs an a: 3 MB
+    EXPECT_EQ(ere("x{0,1999}"), "x{0,1999}");   // one atom made optional costs as a{2,1999}
     EXPECT_EQ(ere("\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}").substr(0, 6), "[0-9]{");
     EXPECT_EQ(ere(std::string(64, '(').c_str()).substr(0, 21), "!groups are nested to");
 }
