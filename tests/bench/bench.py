@@ -385,6 +385,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_listener(port: int, what: str, seconds: float = 5) -> None:
+    """Until something accepts on 127.0.0.1:`port` (a process the bench just started)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.02)
+
+
 def sched_ns(pattern: str) -> tuple[int, int]:
     """(on a CPU, runnable but waiting for one) in ns so far, summed over the threads that
     /proc/`pattern`/schedstat matches, from the scheduler's own accounting."""
@@ -563,6 +575,17 @@ def render(rows: list[Row]) -> str:
 # ---------------------------------------------------------------------------
 
 PRINT1 = "print(1)"
+
+
+def report(title: str, image: str, rows: list[Row], notes: list[str]) -> int:
+    """Prints a bench's table in Markdown; its exit status: 1 when a row's check failed."""
+    print(f"# {title}\n")
+    print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`; image {image}; "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+    print(render(rows))
+    print()
+    print("\n".join(notes))
+    return 0 if all(all(r.checks) for r in rows if r.checks) else 1
 
 
 def ok_print1(r: Reply) -> bool:

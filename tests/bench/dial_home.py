@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import Row, Server, median, pct, render  # noqa: E402
+from bench import Row, Server, median, pct, report  # noqa: E402
 
 CHANNELS = {"socket": ["--agent-channel", "socket"], "tcp": ["--agent-channel", "tcp"]}
 
@@ -101,13 +100,7 @@ async def main_async(args: argparse.Namespace) -> int:
         for s in servers.values():
             await s.close()
 
-    print("# cubicle: the agent dialing home against its socket\n")
-    print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`; image {args.image}; "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
-    print(render(rows))
-    print()
-    print("\n".join(notes))
-    return 0 if all(all(r.checks) for r in rows if r.checks) else 1
+    return report("cubicle: the agent dialing home against its socket", args.image, rows, notes)
 
 
 def main() -> int:

@@ -65,14 +65,7 @@ class Proxy:
                                      stdin=subprocess.PIPE, stdout=self.reader.stdin, stderr=subprocess.DEVNULL)
         self.reader.stdin.close()
         self.syncs = 0
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "proxy did not start"
-                time.sleep(0.02)
+        bench.wait_for_listener(self.port, "proxy")
 
     def sync(self):
         self.syncs += 1

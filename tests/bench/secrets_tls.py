@@ -99,14 +99,7 @@ class Proxy:
         self.sink = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([agent, "--proxy", str(self.port), *rules], stdin=subprocess.PIPE, stdout=self.sink,
                                      stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "proxy did not start"
-                time.sleep(0.02)
+        bench.wait_for_listener(self.port, "proxy")
 
     def send(self, text: str):
         self.proc.stdin.write(text.encode())

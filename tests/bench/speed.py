@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import Row, Server, median, pct, render, run_cmd, timed_cmd  # noqa: E402
+from bench import Row, Server, median, pct, report, run_cmd, timed_cmd  # noqa: E402
 
 # Not bench.py's label: its leak check removes containers of that label, also another run's.
 SPEED_LABEL = "io.cubicle.bench-speed=1"
@@ -228,13 +227,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if container:
             await run_cmd(["docker", "rm", "-f", container])
 
-    print("# cubicle speed: zygote and stateful path\n")
-    print(f"- command: `{' '.join(shlex.quote(x) for x in [sys.executable, *sys.argv])}`; image {args.image}; "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
-    print(render(rows))
-    print()
-    print("\n".join(extra_lines))
-    return 0 if all(all(r.checks) for r in rows if r.checks) else 1
+    return report("cubicle speed: zygote and stateful path", args.image, rows, extra_lines)
 
 
 def main() -> int:
