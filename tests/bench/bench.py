@@ -577,6 +577,13 @@ def render(rows: list[Row]) -> str:
 PRINT1 = "print(1)"
 
 
+def percentiles(xs: list[float]) -> str:
+    """p50 / p90 / p99 of times in ms, as the benches' rows show them."""
+    if not xs:
+        return "—"
+    return f"p50 {median(xs):.2f} / p90 {pct(xs, 90):.2f} / p99 {pct(xs, 99):.2f} ms"
+
+
 def report(title: str, image: str, rows: list[Row], notes: list[str]) -> int:
     """Prints a bench's table in Markdown; its exit status: 1 when a row's check failed."""
     print(f"# {title}\n")

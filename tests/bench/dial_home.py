@@ -19,13 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import Row, Server, median, pct, report  # noqa: E402
+from bench import Row, Server, median, percentiles, report  # noqa: E402
 
 CHANNELS = {"socket": ["--agent-channel", "socket"], "tcp": ["--agent-channel", "tcp"]}
-
-
-def percentiles(xs: list[float]) -> str:
-    return f"p50 {median(xs):.2f} / p90 {pct(xs, 90):.2f} / p99 {pct(xs, 99):.2f} ms"
 
 
 async def main_async(args: argparse.Namespace) -> int:

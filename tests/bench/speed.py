@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import Row, Server, median, pct, report, run_cmd, timed_cmd  # noqa: E402
+from bench import Row, Server, median, pct, percentiles, report, run_cmd, timed_cmd  # noqa: E402
 
 # Not bench.py's label: its leak check removes containers of that label, also another run's.
 SPEED_LABEL = "io.cubicle.bench-speed=1"
@@ -57,12 +57,6 @@ async def fuse_cpu_ms(container: str) -> float | None:
         except OSError:
             continue
     return None
-
-
-def percentiles(xs: list[float]) -> str:
-    if not xs:
-        return "—"
-    return f"p50 {median(xs):.2f} / p90 {pct(xs, 90):.2f} / p99 {pct(xs, 99):.2f} ms"
 
 
 async def main_async(args: argparse.Namespace) -> int:
