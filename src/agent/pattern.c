@@ -106,13 +106,47 @@ static int bracket_char(const char **pp, char **items, const char **error)
     return (unsigned char)c;
 }
 
+/* The members of a bracket expression that POSIX lets stand only in certain
+ * places (']' first, '-' last, '^' anywhere but first, '[' where no '.', ':'
+ * or '=' follows it), kept apart and written where they are literal. */
+struct bracket_specials {
+    int close, dash, caret, open;
+};
+
+static int bracket_special(struct bracket_specials *s, int c)
+{
+    int *flag = c == ']' ? &s->close : c == '-' ? &s->dash : c == '^' ? &s->caret : c == '[' ? &s->open : NULL;
+    if (flag)
+        *flag = 1;
+    return flag != NULL;
+}
+
+/* The range low-high, its ends moved inwards past the special members (kept
+ * apart): "a-]" is "a-\\" and ']', which regcomp would read as "[a-]" and
+ * what follows it outside the brackets. */
+static void bracket_range(struct bracket_specials *s, int low, int high, char **items)
+{
+    while (low <= high && bracket_special(s, low))
+        low++;
+    while (low <= high && bracket_special(s, high))
+        high--;
+    if (low > high)
+        return;
+    *(*items)++ = (char)low;
+    if (high > low) {
+        *(*items)++ = '-';
+        *(*items)++ = (char)high;
+    }
+}
+
 /* A bracket expression at *pp (just past its '['), rewritten for POSIX, where
- * a backslash inside brackets is literal and ']', '^' and '-' are literal
+ * a backslash inside brackets is literal and ']', '^', '-' and '[' are literal
  * only in certain places. */
 static int translate_bracket(const char **pp, char **o, const char **error)
 {
     const char *p = *pp;
-    int negated = *p == '^', has_close = 0, has_dash = 0, has_caret = 0;
+    int negated = *p == '^';
+    struct bracket_specials special = {0};
     if (negated)
         p++;
     char items_buf[4096], *items = items_buf;
@@ -138,52 +172,49 @@ static int translate_bracket(const char **pp, char **o, const char **error)
             return -1;
         if (low == -2)
             continue;
+        int high = low;
         if (p[0] == '-' && p[1] && p[1] != ']') {
             p++;
-            int high = bracket_char(&p, &items, error);
+            high = bracket_char(&p, &items, error);
             if (high == -1)
                 return -1;
             if (high == -2) {
                 *error = "a range in [...] ends in a class such as \\d";
                 return -1;
             }
-            *items++ = (char)low;
-            *items++ = '-';
-            *items++ = (char)high;
-        } else if (low == ']') {
-            has_close = 1;
-        } else if (low == '-') {
-            has_dash = 1;
-        } else if (low == '^') {
-            has_caret = 1;
-        } else {
-            *items++ = (char)low;
+            if (high < low) {
+                *error = "a range in [...] runs backwards (such as z-a)";
+                return -1;
+            }
         }
+        bracket_range(&special, low, high, &items);
     }
     if (*p != ']') {
         *error = "a [ in the pattern is not closed";
         return -1;
     }
     *pp = p + 1;
-    int empty = items == items_buf && !has_close;
-    if (has_caret && empty && !negated && !has_dash) {
+    int caret_only = items == items_buf && !special.close && !special.open;
+    if (special.caret && caret_only && !negated && !special.dash) {
         put(o, "\\^");
         return 0;
     }
     *(*o)++ = '[';
     if (negated)
         *(*o)++ = '^';
-    if (has_close)
+    if (special.close)
         *(*o)++ = ']';
-    if (has_caret && empty) {   /* '^' must not come first: the dash goes before it */
+    if (special.caret && caret_only) {   /* '^' must not come first: the dash goes before it */
         put(o, "-^]");
         return 0;
     }
     memcpy(*o, items_buf, (size_t)(items - items_buf));
     *o += items - items_buf;
-    if (has_caret)
+    if (special.open)
+        *(*o)++ = '[';
+    if (special.caret)
         *(*o)++ = '^';
-    if (has_dash)
+    if (special.dash)
         *(*o)++ = '-';
     *(*o)++ = ']';
     return 0;

@@ -150,6 +150,18 @@ TEST(SearchPattern, BracketsWithPerlEscapes) {
     EXPECT_TRUE(matches("[\\[\\]]", "x]"));
     EXPECT_TRUE(matches("[\\\\]", "a\\b"));
     EXPECT_FALSE(matches("[\\\\]", "ab"));
+    // a range that ends in ']' keeps it inside: "[:-]" would close early and
+    // leave what follows to regcomp as stacked quantifiers (2.3 GB in the fuzzer)
+    EXPECT_EQ(ere("[:-\\]+++]"), "[]:-\\+++]");
+    EXPECT_TRUE(matches("^[:-\\]]$", "]"));
+    EXPECT_TRUE(matches("^[:-\\]]$", "\\"));
+    EXPECT_FALSE(matches("^[:-\\]]$", "^"));
+    // a range from '^' is no negation, one to '-' no dangling range
+    EXPECT_TRUE(matches("^[\\^-a]$", "_"));
+    EXPECT_FALSE(matches("^[\\^-a]$", "b"));
+    EXPECT_TRUE(matches("^[!-\\-]$", "-"));
+    EXPECT_EQ(ere("[\\[:]"), "[:[]");
+    EXPECT_EQ(ere("[z-a]"), "!a range in [...] runs backwards (such as z-a)");
 }
 
 TEST(SearchPattern, TranslatedPatternsMatch) {
