@@ -253,6 +253,10 @@ const std::vector<Option>& options() {
              if (v.empty() || v.front() != '/') throw std::invalid_argument(fmt::format("--state-dir must be an absolute path, not '{}'", v));
              c.state_dir = v;
          }},
+        {"--persist-copy-s", "CUBICLE_PERSIST_COPY_S", "N",
+         "copy a running persistent sandbox's workspace to disk this often when its files changed (a host that loses "
+         "power loses at most this much); 0: only when it stops (default 60)",
+         [](Config& c, std::string_view v) { c.persist_copy_s = parse_number("--persist-copy-s", v, 0, 86400); }},
         {"--max-saved-sandboxes", "CUBICLE_MAX_SAVED_SANDBOXES", "N", "most saved persistent sandboxes per principal (the least recently used go)",
          [](Config& c, std::string_view v) { c.max_saved_sandboxes = parse_number("--max-saved-sandboxes", v, 1, 10000); }},
         {"--saved-ttl-days", "CUBICLE_SAVED_TTL_DAYS", "N", "days a saved sandbox is kept after its last use (0: until removed)",

@@ -61,6 +61,7 @@ struct Config {
     // Persistent sandboxes (store/): where they are kept and for how long.
     bool no_persistent = false;  // persistent sandboxes refused (docs/persistence.md)
     std::string state_dir;  // empty: store::default_state_dir()
+    int persist_copy_s = 60;       // a running persistent workspace copied to disk this often when changed (0: at stops only)
     int max_saved_sandboxes = 10;  // per principal
     int saved_ttl_days = 7;        // counted from last use (0: kept until removed)
     int max_saved_mb = 0;          // per principal, saved workspaces and snapshots (0: no limit)

@@ -681,10 +681,21 @@ asio::awaitable<void> Manager::remove_stale(std::string sandbox_id) {
         co_await pause.async_wait(asio::use_awaitable);
     }
     for (const auto& container : co_await docker_.list_containers(label)) co_await docker_.remove_container(container.id);
-    // Its tmpfs, empty once unmounted (the orphan sweep would take it later).
+    // Its tmpfs, empty once unmounted: once its containers are gone (a removal the orphan
+    // sweep began meanwhile is answered at once, 409, and still holds it a moment). The new
+    // mirror makes a tmpfs of its own, so one still held is the orphan sweep's, later.
+    for (int round = 0; round < 50 && !(co_await docker_.list_containers(label)).empty(); ++round) {
+        pause.expires_after(std::chrono::milliseconds(100));
+        co_await pause.async_wait(asio::use_awaitable);
+    }
     for (const auto& volume : co_await docker_.list_volumes(label)) {
         auto role = volume.labels.find(label_role);
-        if (role != volume.labels.end() && role->second == role_live) co_await docker_.remove_volume(volume.id);
+        if (role == volume.labels.end() || role->second != role_live) continue;
+        try {
+            co_await docker_.remove_volume(volume.id);
+        } catch (const docker::Error& e) {
+            log::info("the tmpfs {} of a dead server stays for the orphan sweep: {}", volume.id, e.what());
+        }
     }
 }
 
@@ -878,6 +889,28 @@ asio::awaitable<void> Manager::remove_orphans() {
 }
 
 asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); }
+
+asio::awaitable<void> Manager::copy_workspaces() {
+    if (config_.persist_copy_s == 0) co_return;
+    asio::steady_timer timer(executor_);
+    while (!closed_) {
+        timer.expires_after(std::chrono::seconds(config_.persist_copy_s));
+        co_await timer.async_wait(asio::use_awaitable);
+        // One at a time: a copy reads and writes the whole workspace. A mirror that goes
+        // meanwhile waits for the copy under way (Mirror takes turns).
+        std::vector<std::string> ids;
+        for (const auto& [id, mirror] : mirrors_) ids.push_back(id);
+        for (const auto& id : ids) {
+            auto it = mirrors_.find(id);
+            if (closed_ || it == mirrors_.end()) continue;
+            try {
+                co_await it->second->copy_if_changed();
+            } catch (const std::exception& e) {
+                log::warning("copying the workspace of sandbox {} to disk: {}", id, e.what());
+            }
+        }
+    }
+}
 
 asio::awaitable<void> Manager::sweep_orphans() {
     // Saved sandboxes past their time go once per server start (and at each save).

@@ -102,6 +102,9 @@ public:
     asio::awaitable<void> sweep_orphans();
     // Pauses idle sandboxes and ends expired ones until destroy_all (lifetimes.hpp).
     asio::awaitable<void> watch_lifetimes();
+    // Copies running persistent sandboxes' workspaces to disk every --persist-copy-s
+    // when their files changed, until close().
+    asio::awaitable<void> copy_workspaces();
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
@@ -43,12 +45,18 @@ constexpr std::size_t stderr_kept = 2048;
 //  - A line "last" on stdin, then its end: the server's stop (the sandbox is gone by then);
 //    its end alone: the server died, and the sandbox's agent, which saw the same end, is
 //    given two seconds to end its programs first. SIGTERM (a daemon stopping) copies too.
+//  - A line "changed" while the sandbox runs (--persist-copy-s): a copy when anything in
+//    the tmpfs changed since the last copy began ("unchanged" otherwise), told by ctime,
+//    which no program can set back (mtime it can); /workspace/copied marks that moment
+//    (after the copy's own chmod, which sets every ctime), and goes when a copy fails. A
+//    walk that fails counts as a change.
 constexpr const char* mirror_script = R"(set -u
 save='set -u
 for d in /workspace/next /workspace/old; do
     if [ -e "$d" ]; then chmod -R u+w "$d" 2>/dev/null; rm -rf "$d" || exit 1; fi
 done
 chmod -R u+rX /live 2>/dev/null
+touch /workspace/copied || exit 1
 mkdir /workspace/next || exit 1
 { tar -C /live --one-file-system --sparse -cf - .; echo $? > /workspace/next.status; } | tar -C /workspace/next -xpf - || exit 1
 read -r made < /workspace/next.status && rm -f /workspace/next.status && [ "$made" -le 1 ] || exit 1
@@ -57,15 +65,24 @@ if [ -d /workspace/current ]; then mv /workspace/current /workspace/old || exit 
 mv /workspace/next /workspace/current || exit 1
 chmod -R u+w /workspace/old 2>/dev/null; rm -rf /workspace/old; sync -f /workspace
 du -s -B1 /workspace/current | cut -f1'
-copy() { if bytes=$(timeout 600 sh -c "$save"); then echo "saved $bytes"; else echo failed; fi; }
+copy() { if bytes=$(timeout 600 sh -c "$save"); then echo "saved $bytes"; else rm -f /workspace/copied; echo failed; fi; }
+changed() {
+    [ -e /workspace/copied ] || return 0
+    found=$(timeout 600 find /live -cnewer /workspace/copied -print -quit 2>/dev/null) || return 0
+    [ -n "$found" ]
+}
 if ! [ -w /workspace ]; then echo "the volume on disk is not writable by the sandbox user" >&2; echo failed; exit 1; fi
 for kept in current old; do
     if [ -d "/workspace/$kept" ]; then cp -a --sparse=always "/workspace/$kept/." /live/ || { echo failed; exit 1; }; break; fi
 done
+touch /workspace/copied
 echo ready
 trap 'copy; exit 0' TERM
 line=
-while read -r line; do [ "$line" = last ] && break; copy; done
+while read -r line; do
+    [ "$line" = last ] && break
+    if [ "$line" = changed ] && ! changed; then echo unchanged; else copy; fi
+done
 [ "$line" = last ] || sleep 2
 copy
 )";
@@ -81,6 +98,21 @@ struct Mirror::Impl {
     std::string out;     // stdout not yet read as lines
     std::string errors;  // the end of what it wrote to stderr
     bool ended = false;
+    // One exchange with the script at a time (a periodic copy, the last copy, the removal).
+    bool busy = false;
+    std::unique_ptr<asio::steady_timer> turn_over;
+
+    asio::awaitable<void> take_turn() {
+        while (busy) {
+            turn_over->expires_at(asio::steady_timer::time_point::max());
+            co_await turn_over->async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+        busy = true;
+    }
+    void end_turn() {
+        busy = false;
+        turn_over->cancel();
+    }
 
     // Its next line on stdout; nullopt when it ended (or `limit` passed, said in `errors`:
     // it is closed then).
@@ -149,7 +181,8 @@ Mirror::~Mirror() {
 asio::awaitable<std::unique_ptr<Mirror>> Mirror::start(docker::Client& docker, const SandboxSpec& spec, const std::string& image,
                                                        const std::string& instance, const std::string& disk_volume) {
     // A name of its own each time: a tmpfs a dead server left is the orphan sweep's, by its labels.
-    auto impl = std::make_unique<Impl>(Impl{docker, {}, "cubicle-live-" + spec.sandbox_id + "-" + random_hex(4), {}, {}, {}, {}, false});
+    auto impl = std::make_unique<Impl>(Impl{docker, {}, "cubicle-live-" + spec.sandbox_id + "-" + random_hex(4)});
+    impl->turn_over = std::make_unique<asio::steady_timer>(co_await asio::this_coro::executor);
     std::exception_ptr failure;
     try {
         co_await docker.create_volume(live_volume_config(spec, impl->live_volume, instance));
@@ -173,23 +206,51 @@ asio::awaitable<std::unique_ptr<Mirror>> Mirror::start(docker::Client& docker, c
     co_return std::unique_ptr<Mirror>(new Mirror(std::move(impl)));
 }
 
+namespace {
+
+std::optional<std::uint64_t> saved_bytes(const std::optional<std::string>& line) {
+    std::uint64_t bytes = 0;
+    if (!line || !line->starts_with("saved ")) return std::nullopt;
+    auto digits = std::string_view(*line).substr(6);
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), bytes).ec != std::errc()) return std::nullopt;
+    return bytes;
+}
+
+} // namespace
+
+asio::awaitable<Mirror::Copy> Mirror::copy_if_changed() {
+    co_await impl_->take_turn();
+    Copy result = Copy::failed;
+    if (impl_->stream && !impl_->ended) {
+        impl_->stream->send("changed\n");
+        auto line = co_await impl_->next_line(copy_limit);
+        if (line == "unchanged") result = Copy::unchanged;
+        else if (saved_bytes(line)) result = Copy::saved;
+        else log::warning("a copy of the workspace {} to disk failed: {}", live_volume_, impl_->why());
+    }
+    impl_->end_turn();
+    co_return result;
+}
+
 asio::awaitable<std::optional<std::uint64_t>> Mirror::finish() {
+    co_await impl_->take_turn();
     std::optional<std::uint64_t> copied;
     if (impl_->stream && !impl_->ended) {
         impl_->stream->send("last\n");
         impl_->stream->close_write();
-        auto line = co_await impl_->next_line(copy_limit);
-        std::uint64_t bytes = 0;
-        if (line && line->starts_with("saved ")) {
-            auto digits = std::string_view(*line).substr(6);
-            if (std::from_chars(digits.data(), digits.data() + digits.size(), bytes).ec == std::errc()) copied = bytes;
-        }
+        copied = saved_bytes(co_await impl_->next_line(copy_limit));
         if (!copied) log::warning("the last copy of the workspace {} to disk failed: {}", live_volume_, impl_->why());
     }
     co_await impl_->remove();
+    impl_->end_turn();
     co_return copied;
 }
 
-asio::awaitable<void> Mirror::discard() { co_await impl_->remove(); }
+asio::awaitable<void> Mirror::discard() {
+    if (impl_->stream) impl_->stream->close();  // a copy under way ends at once
+    co_await impl_->take_turn();
+    co_await impl_->remove();
+    impl_->end_turn();
+}
 
 } // namespace cubicle::sandbox

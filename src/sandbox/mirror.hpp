@@ -8,6 +8,8 @@
 // so what reaches it is a copy of a bounded tree, made by GNU tar (hard links and holes
 // kept, never following a symlink). The mirror
 //  - at its start copies the saved files back into the tmpfs, then says "ready";
+//  - copies the tmpfs to disk every --persist-copy-s while the sandbox runs, when
+//    anything in it changed;
 //  - copies the tmpfs to disk when its stdin ends: stop_sandbox and the server's exit
 //    end it, and so does the server's death, SIGKILL included (the Engine ends a dead
 //    client's attach stream); the Engine's SIGTERM (a daemon stopping) makes it copy too.
@@ -43,6 +45,10 @@ public:
 
     // The named tmpfs volume the sandbox mounts at /workspace.
     const std::string& live_volume() const { return live_volume_; }
+    // A copy while the sandbox runs when its files changed since the last one began
+    // (--persist-copy-s); the last complete copy stays when it fails (logged).
+    enum class Copy { saved, unchanged, failed };
+    asio::awaitable<Copy> copy_if_changed();
     // A last copy (once the sandbox's programs are gone), then the mirror and the tmpfs
     // go. The copy's size on disk; nullopt when it failed (logged): the previous one stays.
     asio::awaitable<std::optional<std::uint64_t>> finish();
