@@ -284,7 +284,7 @@ asio::awaitable<void> Pool::refill_after_run(std::weak_ptr<Sandbox> first) {
     // A short run (print(1)) has ended by now; a longer one is waited for.
     while (Clock::now() < until) {
         auto box = first.lock();
-        if (!box || !box->alive() || !box->busy()) break;
+        if (stopped_ || !box || !box->alive() || !box->busy()) break;
         box.reset();
         pause.expires_after(first_run_poll);
         co_await pause.async_wait(use_tuple);
