@@ -104,9 +104,10 @@ private:
     // Hands a ready sandbox to the first waiter that may have it, else pools it.
     void offer(Entry entry);
     void refill();
-    // refill() once the run a take waited for has had its time (a start's time) or
-    // the sandbox is back, whichever is first.
-    asio::awaitable<void> refill_after_run();
+    // refill() once the server's first run (in `first`, which a take waited for) has
+    // had a start's time and has ended (its sandbox reset, stopped or idle), or
+    // after first_run_alone at most.
+    asio::awaitable<void> refill_after_run(std::weak_ptr<Sandbox> first);
     void remove_later(std::shared_ptr<Sandbox> box);
     asio::awaitable<void> launch_one();
     asio::awaitable<void> watch_idle();

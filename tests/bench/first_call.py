@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Server start → first `execute_code print(1)` result, and where that time goes (issue 26 item 1).
 
-    python3 tests/bench/first_call.py [--runs 10] [--image cubicle/sandbox:latest] [--binary PATH ...] [-- SERVER FLAGS]
+    python3 tests/bench/first_call.py [--runs 10] [--image cubicle/sandbox:latest] [--code CODE] [--sandbox]
+                                      [--binary PATH ...] [-- SERVER FLAGS]
 
 Each run starts a new `build/cubicle --log-level debug` on stdio (the default pool), sends
 `initialize` at once and a throwaway `execute_code` `print(1)` as soon as it is answered, and stamps
@@ -10,6 +11,9 @@ every line the server logs with the time since the process was spawned. A logged
 Between runs, `docker run --rm --network none IMAGE python3 -c 'print(1)'` is timed as the baseline,
 and the floor: one container of IMAGE created, started and waited for through the Engine's socket
 (`POST /containers/create`, `/start`, `/wait`; the start alone is what no server can avoid).
+With `--code` (say, 'import pandas') the first call and the `docker run` baseline run that code; with
+`--sandbox` the first call is `initialize_sandbox` and then `execute_code` on that sandbox (its
+stateful interpreter), timed from the spawn to the execute_code's result.
 With several `--binary`, the runs alternate between them (say, this build and main's), each a table.
 Stdlib only. Measures; changes nothing.
 """
@@ -48,7 +52,7 @@ def phase_name(method: str, path: str) -> str:
     return f"{method} {path}{query}"
 
 
-def one_run(binary: Path, image: str, extra: list[str], code: str = "print(1)") -> dict:
+def one_run(binary: Path, image: str, extra: list[str], code: str = "print(1)", sandbox: bool = False) -> dict:
     """Spawns a server and returns {"phases": [(name, start_ms, end_ms)], "first_result_ms": ..., ...}."""
     spawned = time.perf_counter()
     proc = subprocess.Popen([str(binary), "--log-level", "debug", "--default-image", image, *extra],
@@ -79,9 +83,15 @@ def one_run(binary: Path, image: str, extra: list[str], code: str = "print(1)") 
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         proc.stdin.flush()
         sent = (time.perf_counter() - spawned) * 1e3
-        reply, answered = request(2, "tools/call", {"name": "execute_code", "arguments": {"code": code}})
+        arguments: dict = {"code": code}
+        created = None
+        if sandbox:
+            made, created = request(3, "tools/call", {"name": "initialize_sandbox", "arguments": {}})
+            arguments["sandbox_id"] = made["result"]["structuredContent"]["sandbox_id"]
+        reply, answered = request(2, "tools/call", {"name": "execute_code", "arguments": arguments})
         result = reply.get("result", {})
-        ok = not result.get("isError") and (code != "print(1)" or result.get("structuredContent", {}).get("stdout", "").strip() == "1")
+        content = result.get("structuredContent", {})
+        ok = not result.get("isError") and content.get("exit_code") == 0 and (code != "print(1)" or content.get("stdout", "").strip() == "1")
     finally:
         proc.stdin.close()  # the server removes its containers and exits
         proc.wait(120)
@@ -104,7 +114,7 @@ def one_run(binary: Path, image: str, extra: list[str], code: str = "print(1)") 
             continue
         seen[name] = seen.get(name, 0) + 1
         phases.append((f"{name} #{seen[name]}" if seen[name] > 1 else name, start, at))
-    return {"phases": phases, "initialized": initialized, "sent": sent, "answered": answered, "ok": ok}
+    return {"phases": phases, "initialized": initialized, "sent": sent, "created": created, "answered": answered, "ok": ok}
 
 
 def engine(conn: bench.UnixHTTPConnection, method: str, path: str, body: dict | None = None) -> tuple[dict, float]:
@@ -133,9 +143,9 @@ def engine_floor(image: str) -> dict[str, float]:
     return {"create": took_create, "start": took_start, "run": took_create + took_start + took_wait}
 
 
-def docker_run(image: str) -> float:
+def docker_run(image: str, code: str = "print(1)") -> float:
     started = time.perf_counter()
-    subprocess.run(["docker", "run", "--rm", "--network", "none", image, "python3", "-c", "print(1)"],
+    subprocess.run(["docker", "run", "--rm", "--network", "none", image, "python3", "-c", code],
                    check=True, capture_output=True)
     return (time.perf_counter() - started) * 1e3
 
@@ -152,7 +162,11 @@ def report(binary: Path, runs: list[dict], baseline: list[float], args: argparse
     print(f"| spawn → first result | {statistics.median(firsts):.0f} | {pct(firsts, 90):.0f} | "
           f"{statistics.median(firsts) / statistics.median(baseline):.2f}× docker run |")
     print(f"| spawn → initialize answered | {statistics.median([r['initialized'] for r in runs]):.0f} | "
-          f"{pct([r['initialized'] for r in runs], 90):.0f} | |\n")
+          f"{pct([r['initialized'] for r in runs], 90):.0f} | |")
+    if args.sandbox:
+        made = [r["created"] for r in runs]
+        print(f"| spawn → initialize_sandbox answered | {statistics.median(made):.0f} | {pct(made, 90):.0f} | |")
+    print()
     print("Each step up to the first result, ms since the server was spawned (median over the runs that had it):\n")
     print("| step | runs | start | end | took |\n|---|---|---|---|---|")
     names: list[str] = []
@@ -174,7 +188,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--image", default="cubicle/sandbox:latest")
-    parser.add_argument("--code", default="print(1)", help="the first call's Python code (say, 'import pandas')")
+    parser.add_argument("--code", default="print(1)", help="the first call's Python code (say, 'import pandas'), and the docker run baseline's")
+    parser.add_argument("--sandbox", action="store_true", help="the first call is initialize_sandbox, then execute_code on it")
     parser.add_argument("--binary", action="append", type=Path, help="a server binary (repeat to alternate; default build/cubicle)")
     parser.add_argument("server_flags", nargs="*", help="after --: more flags for the server")
     args = parser.parse_args()
@@ -184,17 +199,18 @@ def main() -> int:
     floors: list[dict[str, float]] = []
     for i in range(args.runs):
         for binary in binaries:
-            runs[binary].append(one_run(binary, args.image, args.server_flags, args.code))
+            runs[binary].append(one_run(binary, args.image, args.server_flags, args.code, args.sandbox))
             print(f"run {i + 1} {binary}: first result at {runs[binary][-1]['answered']:.0f} ms", file=sys.stderr)
-        baseline.append(docker_run(args.image))
+        baseline.append(docker_run(args.image, args.code))
         floors.append(engine_floor(args.image))
         print(f"run {i + 1}: docker run {baseline[-1]:.0f} ms, Engine start {floors[-1]['start']:.0f} ms", file=sys.stderr)
-    print(f"# server start → first `execute_code {args.code}`\n")
+    where = "on a new `initialize_sandbox` sandbox" if args.sandbox else "throwaway"
+    print(f"# server start → first `execute_code {args.code}` ({where})\n")
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"- {args.runs} runs per binary, alternating; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average {load}\n")
     print("| baseline (between runs) | median ms | p90 ms |\n|---|---|---|")
-    print(f"| `docker run --rm --network none {args.image} python3 -c 'print(1)'` | "
+    print(f"| `docker run --rm --network none {args.image} python3 -c '{args.code}'` | "
           f"{statistics.median(baseline):.0f} | {pct(baseline, 90):.0f} |")
     for step, what in (("create", "`POST /containers/create`"), ("start", "`POST /containers/{id}/start` (the floor)"),
                        ("run", "create + start + wait of `python3 -c 'print(1)'`, Engine API")):
