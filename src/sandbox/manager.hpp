@@ -17,11 +17,11 @@
 #include "config.hpp"
 #include "docker/client.hpp"
 #include "sandbox/agent_volume.hpp"
-#include "sandbox/dial_networks.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/keeper.hpp"
 #include "sandbox/lifetimes.hpp"
 #include "sandbox/mirror.hpp"
+#include "sandbox/placement.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
@@ -119,6 +119,8 @@ public:
         pool_started_ = true;
         pools_.start();
     }
+    // Where sandboxes run, and what the Engine can do to them there (placement.hpp).
+    const Placement& placement() const { return *placement_; }
     // What a sandbox's programs may hold, and its container's hard limit (policy.hpp).
     MemoryLimits memory_limits(const SandboxSpec& spec) const { return sandbox::memory_limits(spec, docker_.engine()); }
     const std::string& default_image() const { return config_.default_image; }
@@ -152,16 +154,12 @@ private:
     asio::awaitable<void> remove_container_of(std::shared_ptr<Sandbox> sandbox);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
-    // Tried once more when the agent volume turns out to have been removed (`retried`).
-    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent, bool retried = false);
+    // Through the placement, once the engine is known and can run `spec`.
+    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
     // Connects first when start-up has not yet (which engine it is decides the config).
     asio::awaitable<void> know_engine();
     // Throws ToolError when the engine cannot run `spec` (limits, runtime).
     void check_engine(const SandboxSpec& spec) const;
-    // `copy_agent`: the container has no shared agent volume, the agent is copied into it.
-    // `channel`: the agent's channel the container mounts, if any.
-    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
-                                                    bool copy_agent, std::unique_ptr<AgentChannel> channel);
 
     // `spec`'s limits, lowered to this server's ceilings (a saved sandbox's, made under others).
     SandboxSpec within_ceilings(SandboxSpec spec) const;
@@ -219,10 +217,7 @@ private:
     RemovalTurns removal_turns_;
     bool pool_started_ = false;
     AgentVolume agent_volume_;
-    // Where the agents' channels listen (agent_channel.hpp); empty: none, every agent
-    // speaks over its attach stream (--agent-channel attach, an engine that is not local).
-    std::unique_ptr<AgentChannels> channels_;
-    DialNetworks dial_networks_;  // --agent-channel tcp (dial_networks.hpp)
+    std::unique_ptr<Placement> placement_;  // where sandboxes run (placement.hpp)
     Egress egress_;
     Keeper keeper_;
     // The mirrors of the persistent sandboxes running here, by sandbox id (mirror.hpp).
