@@ -48,6 +48,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import fcntl
 import ipaddress
@@ -59,12 +60,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+_SAVE_LOCK = threading.Lock()
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_PATH = "/run/cubicle-swarm.lock"
 TOOLS = ("ip", "nsenter", "unshare", "dockerd", "containerd", "docker", "findmnt", "umount")
@@ -103,6 +106,15 @@ def _wait(pred, timeout: float, what: str, interval: float = 0.2):
         if time.monotonic() >= deadline:
             raise SwarmError(f"{what}: not within {timeout} s" + (f" (last error: {err})" if err else ""))
         time.sleep(interval)
+
+
+DEBUG = bool(os.environ.get("CUBICLE_SWARM_DEBUG"))
+_T0 = time.monotonic()
+
+
+def _debug(msg: str) -> None:
+    if DEBUG:
+        print(f"[swarm {time.monotonic() - _T0:7.2f}] {msg}", file=sys.stderr, flush=True)
 
 
 def _alive(pid: int) -> bool:
@@ -172,17 +184,23 @@ class Swarm:
     bridge_netns: str
     host_link: str              # the host's end of its veth into the bridge
     host_address: str
+    heartbeat: str = "1s"       # dispatcher heartbeat: a lost node is Down after ~1-3 heartbeats
     nodes: list[Node] = field(default_factory=list)
     state_file: str = ""
+    tmpfs: bool = False         # root is a tmpfs we mounted
+    own_state_file: bool = False  # state_file is ours (removed by a clean down())
+    timings: dict[str, Any] = field(default_factory=dict)  # seconds each step of up() took
 
     # ------------------------------------------------------------------ bring-up
 
     @classmethod
     def up(cls, nodes: int = 3, images: list[str] | tuple[str, ...] = (), root: str | None = None,
            subnet: str | None = None, managers: int = 1, state_file: str = "",
+           heartbeat: str = "1s", tmpfs: bool = True, tmpfs_mb: int = 8192, down_at_exit: bool = True,
            timeout: float = 120) -> "Swarm":
         """Make a swarm of `nodes` nodes (node 0 the leader, the first `managers` managers), load
         `images` on every node. On any failure everything made so far is removed and SwarmError raised."""
+        t_start = time.monotonic()
         reason = skip_reason()
         if reason:
             raise SwarmError(reason)
@@ -194,11 +212,29 @@ class Swarm:
         os.makedirs(root, exist_ok=True)
         os.chmod(root, 0o755)
         root = os.path.realpath(root)
+        if tmpfs:
+            # Data roots in memory: removing three unpacked images from this disk takes a minute,
+            # unmounting a tmpfs takes nothing.
+            if os.listdir(root):
+                raise SwarmError(f"{root} is not empty (a tmpfs would hide what it holds)")
+            _run(["mount", "-t", "tmpfs", "-o", f"mode=0755,size={tmpfs_mb}m", f"{tag}-tmpfs", root], timeout=10)
         with _host_lock():
-            subnet = _pick_subnet(subnet)
+            try:
+                subnet = _pick_subnet(subnet)
+            except BaseException:
+                if tmpfs:
+                    _run(["umount", root], timeout=10, check=False)
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)
+                raise
+            # Without a state file of the caller's, one beside root (/tmp/cswXXXX-….json), so a
+            # swarm whose process died can still be removed: `cluster down --state` on it.
             sw = cls(root=root, tag=tag, subnet=subnet, addr_pool=_pick_pool(subnet),
                      bridge_netns=f"{tag}-br", host_link=f"{tag}h", host_address=f"{subnet}.254",
-                     state_file=state_file)
+                     heartbeat=heartbeat, state_file=state_file or root + ".json",
+                     own_state_file=not state_file)
+            if tmpfs:
+                sw.tmpfs = True
             for i in range(nodes):
                 d = os.path.join(root, f"n{i + 1}")
                 sw.nodes.append(Node(index=i, name=f"n{i + 1}", hostname=f"{tag}-n{i + 1}",
@@ -212,12 +248,25 @@ class Swarm:
                 sw.down()
                 raise
         try:
-            deadline = time.monotonic() + timeout
+            t = time.monotonic()
+            sw.timings["network"] = round(t - t_start, 2)
+            deadline = t + timeout
             with ThreadPoolExecutor(max_workers=nodes) as ex:
                 list(ex.map(lambda n: sw._start_dockerd(n, timeout=max(5.0, deadline - time.monotonic())), sw.nodes))
+            sw.timings["dockerds"] = round(time.monotonic() - t, 2)
+            t = time.monotonic()
             sw._form_swarm(deadline)
+            sw.timings["swarm"] = round(time.monotonic() - t, 2)
             if images:
-                sw.load_image(*images)
+                t = time.monotonic()
+                per_node = sw.load_image(*images)
+                sw.timings["images"] = round(time.monotonic() - t, 2)
+                sw.timings["image_load_per_node"] = {k: round(v, 2) for k, v in per_node.items()}
+            sw.timings["up"] = round(time.monotonic() - t_start, 2)
+            # A process that ends without down() (an interrupted test run) still removes it.
+            if down_at_exit:
+                atexit.register(sw._down_at_exit)
+            _debug(f"up: {sw.timings}")
             sw._save()
         except BaseException:
             sw.down()
@@ -226,10 +275,11 @@ class Swarm:
 
     def _save(self) -> None:
         if self.state_file:
-            tmp = self.state_file + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.to_state(), f, indent=1)
-            os.replace(tmp, self.state_file)
+            with _SAVE_LOCK:
+                tmp = self.state_file + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump(self.to_state(), f, indent=1)
+                os.replace(tmp, self.state_file)
 
     def to_state(self) -> dict[str, Any]:
         d = asdict(self)
@@ -243,6 +293,25 @@ class Swarm:
         sw = cls(**d)
         sw.nodes = nodes
         sw.state_file = path
+        return sw
+
+    @classmethod
+    def recover(cls, root: str) -> "Swarm":
+        """A swarm whose state file is lost, rebuilt from its root directory (enough for down())."""
+        root = os.path.realpath(root)
+        tag = os.path.basename(root).split("-", 1)[0]
+        if not tag.startswith("csw"):
+            raise SwarmError(f"{root} is not a swarm's root (/tmp/cswXXXX-...)")
+        sw = cls(root=root, tag=tag, subnet="0.0.0", addr_pool="", bridge_netns=f"{tag}-br",
+                 host_link=f"{tag}h", host_address="", tmpfs=True)
+        for d in sorted(Path(root).glob("n*"), key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else 0):
+            i = int(d.name[1:]) - 1
+            pid = 0
+            with contextlib.suppress(OSError, ValueError):
+                pid = int((d / "dockerd.pid").read_text().strip())
+            sw.nodes.append(Node(index=i, name=d.name, hostname=f"{tag}-{d.name}", netns=f"{tag}-{d.name}",
+                                 socket=str(d / "docker.sock"), address="", dir=str(d),
+                                 cgroup_parent=f"{tag}-{d.name}", pid=pid if _alive(pid) else 0))
         return sw
 
     def _ip(self, *args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -312,7 +381,8 @@ class Swarm:
     def _form_swarm(self, deadline: float) -> None:
         lead = self.nodes[0]
         self.docker(0, "swarm", "init", "--advertise-addr", lead.address, "--listen-addr", f"{lead.address}:2377",
-                    "--default-addr-pool", self.addr_pool, "--task-history-limit", "1", timeout=30)
+                    "--default-addr-pool", self.addr_pool, "--task-history-limit", "1",
+                    "--dispatcher-heartbeat", self.heartbeat, timeout=30)
         tokens = {k: self.docker(0, "swarm", "join-token", "-q", k).stdout.strip() for k in ("worker", "manager")}
 
         def join(n: Node) -> None:
@@ -364,7 +434,9 @@ class Swarm:
         """Copy images from the host's daemon to every running node (docker save once, load in
         parallel). Returns the seconds each node took."""
         tar = os.path.join(self.root, "images.tar")
+        t = time.monotonic()
         _run(["docker", "save", "-o", tar, *images], timeout=timeout, what=f"docker save {' '.join(images)}")
+        self.timings["image_save"] = round(time.monotonic() - t, 2)
         try:
             def load(n: Node) -> tuple[str, float]:
                 t0 = time.monotonic()
@@ -437,6 +509,16 @@ class Swarm:
         targets = [t.replace("\\x20", " ") for t in out.splitlines()]
         return [t for t in targets if t == self.root or t.startswith(self.root + "/")]
 
+    def _cgroup_pids(self) -> list[int]:
+        """Processes in our cgroups: containers' processes a killed dockerd and its shims left behind."""
+        pids: set[int] = set()
+        for d in self._cgroup_dirs():
+            for sub, _dirs, files in os.walk(d):
+                if "cgroup.procs" in files:
+                    with contextlib.suppress(OSError, ValueError):
+                        pids |= {int(x) for x in Path(sub, "cgroup.procs").read_text().split()}
+        return sorted(p for p in pids if _alive(p))
+
     def _cgroup_dirs(self) -> list[str]:
         found = []
         for n in self.nodes:
@@ -464,36 +546,41 @@ class Swarm:
                 ids = self.docker(0, "service", "ls", "-q", timeout=10).stdout.split()
                 if ids:
                     self.docker(0, "service", "rm", *ids, timeout=20, check=False)
+        _debug("down: services removed")
         # Workers first, the leader last (so it does not wait for a quorum that is leaving).
         for n in sorted(self.nodes, key=lambda n: n.index == 0):
             if _alive(n.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(n.pid, signal.SIGTERM)
         with contextlib.suppress(SwarmError):
-            _wait(lambda: not any(_alive(n.pid) for n in self.nodes), max(1.0, min(25.0, deadline - time.monotonic())),
+            _wait(lambda: not any(_alive(n.pid) for n in self.nodes), max(1.0, min(15.0, deadline - time.monotonic())),
                   "dockerds exiting")
-        for pid in self._our_processes():
+        _debug("down: dockerds gone" if not any(_alive(n.pid) for n in self.nodes) else "down: dockerds still alive")
+        for pid in self._our_processes() + self._cgroup_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(SwarmError):
-            _wait(lambda: not self._our_processes(), 10, "our processes exiting")
+            _wait(lambda: not self._our_processes() and not self._cgroup_pids(), 10, "our processes exiting")
         for n in self.nodes:
             with contextlib.suppress(ChildProcessError, OSError):
                 if n.pid:
                     os.waitpid(n.pid, os.WNOHANG)
             n.pid = 0
-        left = self._our_processes()
+        left = self._our_processes() + self._cgroup_pids()
         if left:
             errors.append(f"processes still alive: {left}")
+        _debug("down: processes gone")
         # Mounts under root, deepest first.
         for _ in range(3):
             mounts = self._mounts()
             if not mounts:
                 break
             for m in sorted(mounts, key=len, reverse=True):
-                _run(["umount", "-l", m], timeout=10, check=False)
+                if _run(["umount", m], timeout=10, check=False).returncode != 0:
+                    _run(["umount", "-l", m], timeout=10, check=False)
         if self._mounts():
             errors.append(f"mounts left under {self.root}: {self._mounts()[:5]}")
+        _debug("down: mounts gone")
         # The host's link, then the namespaces (veths and the bridge go with them).
         if Path(f"/sys/class/net/{self.host_link}").exists():
             self._ip("link", "del", self.host_link, check=False)
@@ -501,6 +588,7 @@ class Swarm:
             self._ip("netns", "del", ns, check=False)
         if self._our_netns():
             errors.append(f"namespaces left: {self._our_netns()}")
+        _debug("down: namespaces gone")
         # Empty cgroup directories left by --cgroup-parent (children first).
         for d in self._cgroup_dirs():
             for sub, dirs, _files in sorted(os.walk(d), key=lambda t: -len(t[0])):
@@ -512,10 +600,19 @@ class Swarm:
             shutil.rmtree(self.root, ignore_errors=True)
             if os.path.exists(self.root):
                 errors.append(f"{self.root} could not be removed")
-        if self.state_file:
+        _debug("down: done")
+        if self.own_state_file and not errors:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.state_file)
+        elif self.state_file:
             self._save()
         if errors:
             raise SwarmError("teardown incomplete: " + "; ".join(errors))
+
+    def _down_at_exit(self) -> None:
+        if any(_alive(n.pid) for n in self.nodes) or os.path.exists(self.root):
+            with contextlib.suppress(Exception):
+                self.down()
 
     def leftovers(self) -> list[str]:
         """Anything of this swarm still present (empty after down())."""
@@ -529,6 +626,7 @@ class Swarm:
                     r = self.docker(0, "service", "ls", "-q", timeout=10, check=False)
                     found += [f"service {s}" for s in r.stdout.split()]
         found += [f"process {p}" for p in self._our_processes() if p not in {n.pid for n in self.nodes}]
+        found += [f"process {p} (in our cgroups)" for p in self._cgroup_pids()]
         found += [f"netns {ns}" for ns in self._our_netns()]
         if Path(f"/sys/class/net/{self.host_link}").exists():
             found.append(f"host link {self.host_link}")
@@ -536,6 +634,8 @@ class Swarm:
         found += [f"cgroup {d}" for d in self._cgroup_dirs()]
         if os.path.exists(self.root):
             found.append(f"directory {self.root}")
+        if self.own_state_file and os.path.exists(self.state_file):
+            found.append(f"state file {self.state_file}")
         return found
 
 
@@ -608,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("down", "leftovers", "show"):
         p = sub.add_parser(name)
         p.add_argument("--state", required=True)
+        if name == "down":
+            p.add_argument("--keep", action="store_true", help="keep the state file (for leftovers)")
     for name in ("stop-node", "start-node", "disconnect-node", "reconnect-node"):
         p = sub.add_parser(name)
         p.add_argument("--state", required=True)
@@ -616,15 +718,19 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "up":
         t0 = time.monotonic()
         sw = Swarm.up(nodes=a.nodes, managers=a.managers, images=a.image, root=a.root, subnet=a.subnet,
-                      state_file=os.path.abspath(a.state))
+                      state_file=os.path.abspath(a.state), down_at_exit=False)
         print(f"swarm up in {time.monotonic() - t0:.1f} s: DOCKER_HOST={sw.manager_host} host_address={sw.host_address}"
               f" nodes={[n.address for n in sw.nodes]} state={a.state}")
         return 0
+    if not os.path.exists(a.state):
+        print(f"no state file {a.state} (down removes it unless --keep)", file=sys.stderr)
+        return 2
     sw = Swarm.from_state(a.state)
     if a.cmd == "down":
         t0 = time.monotonic()
         sw.down()
-        os.unlink(a.state)
+        if not a.keep:
+            os.unlink(a.state)
         print(f"swarm down in {time.monotonic() - t0:.1f} s")
     elif a.cmd == "leftovers":
         left = sw.leftovers()
