@@ -92,6 +92,9 @@ from typing import Any
 _SAVE_LOCK = threading.Lock()
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_PATH = "/run/cubicle-swarm.lock"
+# What a dockerd of ours starts (comm names, 15 characters at most); containers' own processes
+# are found through our cgroups.
+DOCKER_PROCESSES = {"dockerd", "containerd", "runc", "docker-proxy", "docker-init"}
 TOOLS = ("ip", "nsenter", "unshare", "dockerd", "containerd", "docker", "findmnt", "umount")
 
 
@@ -435,8 +438,13 @@ class Swarm:
                     what=f"docker {' '.join(args)} on {self.nodes[i].name}")
 
     def nsenter(self, i: int) -> list[str]:
-        """The argv prefix that runs a command in node i's network namespace (never `ip netns exec`)."""
+        """The argv prefix that runs a command in node i's network namespace (never `ip netns exec`).
+        A server run so listens on nodes[i].address; unix sockets (the manager's) work from any netns."""
         return ["nsenter", f"--net=/run/netns/{self.nodes[i].netns}"]
+
+    def run_in_node(self, i: int, *argv: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Runs argv in node i's network namespace."""
+        return _run([*self.nsenter(i), *argv], timeout=timeout, check=check, what=f"{' '.join(argv)} in {self.nodes[i].name}")
 
     def node_states(self) -> dict[str, str]:
         """node id -> state (ready, down, unknown) as the leader sees it."""
@@ -513,14 +521,18 @@ class Swarm:
     # ------------------------------------------------------------------ teardown
 
     def _our_processes(self) -> list[int]:
-        """Processes whose command line names our root (containerd, shims) or our dockerds."""
+        """Our dockerds and the Docker processes whose command line names our root (containerd,
+        shims): never another program that merely names our socket (a cubicle server under test)."""
         pids = []
         for p in Path("/proc").iterdir():
             if not p.name.isdigit() or int(p.name) == os.getpid():
                 continue
             try:
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                comm = (p / "comm").read_text().strip()
             except OSError:
+                continue
+            if comm not in DOCKER_PROCESSES and not comm.startswith("containerd-shim"):
                 continue
             if self.root + "/" in cmd and _alive(int(p.name)):
                 pids.append(int(p.name))

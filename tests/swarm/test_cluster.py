@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from swarm.cluster import Swarm, SwarmError, _wait
+from swarm.cluster import Swarm, SwarmError, _wait, skip_reason
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -106,6 +106,16 @@ def test_task_on_node2_dials_home(swarm: Swarm, swarm_image: str) -> None:
         _remove(swarm, name)
 
 
+def test_run_in_node(swarm: Swarm) -> None:
+    """A command in node 2's namespace has its address, and reaches the host's and node 1's."""
+    out = swarm.run_in_node(1, "ip", "-4", "-o", "addr", "show", "eth0").stdout
+    assert f"{swarm.nodes[1].address}/24" in out
+    swarm.run_in_node(1, "ping", "-c", "1", "-W", "2", swarm.host_address, check=False)
+    with socket.create_server((swarm.host_address, 0)) as srv:
+        port = srv.getsockname()[1]
+        swarm.run_in_node(1, "python3", "-c", f"import socket; socket.create_connection(('{swarm.host_address}', {port}), 5)")
+
+
 def test_stop_and_start_node(swarm: Swarm) -> None:
     i = len(swarm.nodes) - 1
     try:
@@ -128,8 +138,10 @@ def test_disconnect_and_reconnect_node(swarm: Swarm) -> None:
 
 
 def test_down_leaves_nothing() -> None:
-    """A swarm of its own (one node, no image: a few seconds): after down() nothing remains, and
+    """A swarm of its own (two nodes, no image: a few seconds): after down() nothing remains, and
     down() on a half-made swarm (one whose dockerd was killed) cleans up as well."""
+    if reason := skip_reason():
+        pytest.skip(f"no Swarm here: {reason}")
     t0 = time.monotonic()
     sw = Swarm.up(nodes=2)
     try:
@@ -145,5 +157,7 @@ def test_down_leaves_nothing() -> None:
 
 
 def test_bad_subnet_refused() -> None:
+    if reason := skip_reason():
+        pytest.skip(f"no Swarm here: {reason}")
     with pytest.raises(SwarmError, match="overlaps"):
         Swarm.up(nodes=1, subnet="127.0.0")
