@@ -725,8 +725,8 @@ asio::awaitable<void> Manager::destroy_all() {
     try {
         co_await agent_volume_.settle();
         co_await remove_leftovers();
-        co_await egress_.teardown();
         co_await placement_->teardown();
+        co_await egress_.teardown();
     } catch (const std::exception& e) {
         log::warning("removing sandboxes at exit: {} (the next cubicle to start removes what is left)", e.what());
     }

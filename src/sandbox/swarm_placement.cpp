@@ -147,7 +147,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
         failure = std::current_exception();
     }
     if (sandbox) sandbox->shutdown("it did not start");
-    std::string why = service.empty() ? std::string() : co_await task_failure(service);
+    std::string why;  // not a co_await inside ?: (GCC 12, PITFALLS.md)
+    if (!service.empty()) why = co_await task_failure(service);
     if (!service.empty()) {
         try {
             co_await remove(service);
