@@ -224,7 +224,14 @@ class Swarm:
            heartbeat: str = "1s", tmpfs: bool = True, tmpfs_mb: int = 8192, down_at_exit: bool = True,
            timeout: float = 120) -> "Swarm":
         """Make a swarm of `nodes` nodes (node 0 the leader, the first `managers` managers), load
-        `images` on every node. On any failure everything made so far is removed and SwarmError raised."""
+        `images` (from the host's daemon) on every node. On any failure everything made so far is
+        removed and SwarmError raised.
+
+        root: an empty directory to use (default a new /tmp/cswXXXX-…); tmpfs: mount a tmpfs of
+        tmpfs_mb there for the data roots; subnet: "A.B.C" (default the first free 10.213.C);
+        state_file: where to keep to_state() (default <root>.json, removed by a clean down());
+        heartbeat: the dispatcher heartbeat (Docker's default is 5s); down_at_exit: run down()
+        when this process exits if nobody did; timeout: for the daemons and the swarm to form."""
         t_start = time.monotonic()
         reason = skip_reason()
         if reason:
