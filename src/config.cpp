@@ -305,8 +305,8 @@ const std::vector<Option>& options() {
              c.engine = v;
          }},
         {"--swarm-constraint", "CUBICLE_SWARM_CONSTRAINTS", "EXPR",
-         "with --engine swarm, a placement constraint every sandbox's service carries, as `docker service create "
-         "--constraint` takes it, e.g. node.labels.sandboxes==yes (repeatable; variable: EXPR;EXPR)",
+         "with --engine swarm, a placement constraint every sandbox's service carries, written as Swarm's "
+         "placement constraints are, e.g. node.labels.sandboxes==yes (repeatable; variable: EXPR;EXPR)",
          [](Config& c, std::string_view v) {
              for (std::size_t start = 0; start <= v.size();) {
                  auto end = std::min(v.find(';', start), v.size());
