@@ -89,6 +89,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             co_await manager.remove_orphans();
             asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
             asio::co_spawn(co_await asio::this_coro::executor, manager.watch_lifetimes(), asio::detached);
+            asio::co_spawn(co_await asio::this_coro::executor, manager.watch_placement(), asio::detached);
             if (retried) log::info("the Docker daemon answers now: start-up complete");
             co_return;
         } catch (const std::exception& e) {

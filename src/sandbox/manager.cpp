@@ -33,6 +33,8 @@ namespace cubicle::sandbox {
 namespace {
 
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
+// How often the placement is asked which sandboxes it lost (Swarm: /tasks and /nodes).
+constexpr auto loss_poll_interval = std::chrono::seconds(1);
 // How often the containers of other, dead instances are looked for.
 constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
 std::unique_ptr<Placement> make_placement(asio::any_io_executor executor, docker::Client& docker, const Config& config,
@@ -420,6 +422,7 @@ asio::awaitable<void> Manager::remove_container_of(std::shared_ptr<Sandbox> sand
     // another sandbox's.
     if (sandbox->spec().network) egress_.unbind_secrets(sandbox->id());
     std::exception_ptr failure;
+    lost_hosts_.erase(sandbox->container_id());
     try {
         co_await placement_->remove(sandbox->container_id());
     } catch (...) {
@@ -803,6 +806,41 @@ asio::awaitable<void> Manager::remove_orphans() {
 }
 
 asio::awaitable<void> Manager::watch_lifetimes() { co_await lifetimes_.watch(); }
+
+asio::awaitable<void> Manager::watch_placement() {
+    if (!placement_->offers().losses) co_return;
+    asio::steady_timer timer(executor_);
+    while (!closed_) {
+        timer.expires_after(loss_poll_interval);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (closed_) break;
+        std::map<std::string, std::string> by_host;  // sandbox id by host id
+        for (const auto& entry : sandboxes_) {
+            if (!entry.second->shared() && !lost_hosts_.count(entry.second->container_id())) by_host[entry.second->container_id()] = entry.first;
+        }
+        if (by_host.empty()) continue;
+        std::vector<std::string> hosts;
+        for (const auto& entry : by_host) hosts.push_back(entry.first);
+        std::vector<LostSandbox> losses;
+        try {
+            losses = co_await placement_->lost(std::move(hosts));
+        } catch (const std::exception& e) {
+            log::debug("asking the placement for lost sandboxes: {}", e.what());
+            continue;
+        }
+        for (const auto& loss : losses) {
+            auto host = by_host.find(loss.host_id);
+            auto sandbox = host == by_host.end() ? nullptr : find(host->second);
+            if (!sandbox || sandbox->container_id() != loss.host_id) continue;
+            auto reason = loss.node_lost ? fmt::format("the node running sandbox {} was lost", sandbox->id())
+                                         : fmt::format("sandbox {} was lost: {}", sandbox->id(), loss.detail);
+            log::warning("{}; stop_sandbox removes it from the list, initialize_sandbox starts another", reason);
+            sandbox->mark_lost(reason + "; start a new one with initialize_sandbox");
+            lost_hosts_.insert(loss.host_id);
+            asio::co_spawn(executor_, remove_quietly(loss.host_id), asio::detached);
+        }
+    }
+}
 
 asio::awaitable<void> Manager::sweep_orphans() {
     // Saved sandboxes past their time go once per server start (and at each save).

@@ -102,6 +102,10 @@ public:
     asio::awaitable<void> sweep_orphans();
     // Pauses idle sandboxes and ends expired ones until destroy_all (lifetimes.hpp).
     asio::awaitable<void> watch_lifetimes();
+    // Where the placement reports losses (a Swarm node that left), until destroy_all: a lost
+    // sandbox's calls fail saying so, and its host is removed at once (nothing of it stays
+    // when the node returns); it stays listed until stop_sandbox.
+    asio::awaitable<void> watch_placement();
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
@@ -218,6 +222,7 @@ private:
     bool pool_started_ = false;
     AgentVolume agent_volume_;
     std::unique_ptr<Placement> placement_;  // where sandboxes run (placement.hpp)
+    std::set<std::string> lost_hosts_;      // hosts watch_placement() found lost (and removed)
     Egress egress_;
     Keeper keeper_;
     // The mirrors of the persistent sandboxes running here, by sandbox id (mirror.hpp).

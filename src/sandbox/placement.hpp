@@ -33,12 +33,14 @@ struct PlacementOffers {
     bool container = true;  // archive and exec reach the container (uploads without tar, exec fallback, workspaces)
     bool volumes = true;    // a volume of the engine at --docker-host reaches it (persistent sandboxes, their mirror)
     bool egress = true;     // the egress proxy's networks reach it (network: true)
+    bool losses = false;    // lost() can say that a sandbox's host went away (its node left)
 };
 
 // A sandbox whose host went away behind the server's back, and why (node loss).
 struct LostSandbox {
-    std::string host_id;  // Sandbox::container_id()
-    std::string reason;
+    std::string host_id;     // Sandbox::container_id()
+    bool node_lost = false;  // its node left (else its task ended, or it was removed: `detail`)
+    std::string detail;
 };
 
 class Placement {

@@ -363,6 +363,11 @@ Previews& Sandbox::previews() {
     return *previews_;
 }
 
+void Sandbox::mark_lost(std::string reason) {
+    if (alive_) shutdown(std::move(reason));
+    else death_reason_ = std::move(reason);
+}
+
 void Sandbox::shutdown(std::string reason) {
     if (!alive_ && !death_reason_.empty()) return;
     alive_ = false;

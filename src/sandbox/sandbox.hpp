@@ -200,6 +200,9 @@ public:
     // Marks the sandbox dead and closes the agent connection; pending runs fail,
     // streams break, exposed ports close.
     void shutdown(std::string reason);
+    // Its host was lost (placement.hpp): `reason` is what its calls say from now on, even
+    // when its agent's connection dropped first.
+    void mark_lost(std::string reason);
 
 private:
     struct Pending;

@@ -241,14 +241,15 @@ asio::awaitable<std::vector<LostSandbox>> SwarmPlacement::lost(std::vector<std::
         if (!seen.insert(task.service_id).second) continue;  // only the newest task counts
         bool node_lost = std::find(down.begin(), down.end(), task.node_id) != down.end();
         if (node_lost) {
-            out.push_back({task.service_id, "the node running it was lost"});
+            out.push_back({.host_id = task.service_id, .node_lost = true, .detail = {}});
         } else if (task_ended(task.state)) {
-            out.push_back({task.service_id, fmt::format("its Swarm task ended ({}{}{})", task.state, task.error.empty() ? "" : ": ", task.error)});
+            auto detail = fmt::format("its Swarm task ended ({}{}{})", task.state, task.error.empty() ? "" : ": ", task.error);
+            out.push_back({.host_id = task.service_id, .node_lost = false, .detail = std::move(detail)});
         }
     }
     // A service with no task at all was removed behind the server's back.
     for (const auto& id : host_ids) {
-        if (!seen.count(id)) out.push_back({id, "its Swarm service was removed"});
+        if (!seen.count(id)) out.push_back({.host_id = id, .node_lost = false, .detail = "its Swarm service was removed"});
     }
     co_return out;
 }

@@ -29,7 +29,9 @@ public:
     const char* name() const override { return "swarm"; }
     // Only the agent reaches a task on another node: no pause, archive or exec through the
     // manager, and no volume or bridge network of the manager's host.
-    PlacementOffers offers() const override { return {.pause = false, .container = false, .volumes = false, .egress = false}; }
+    PlacementOffers offers() const override {
+        return {.pause = false, .container = false, .volumes = false, .egress = false, .losses = true};
+    }
     boost::asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec, std::string sandbox_id, bool agent) override;
     boost::asio::awaitable<void> remove(std::string host_id) override;
     boost::asio::awaitable<std::vector<docker::ContainerSummary>> hosts(std::string label_filter) override;

@@ -19,11 +19,12 @@ import json
 import os
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CUBICLE_BIN, IMAGE, async_wait_until, start_server
+from conftest import CUBICLE_BIN, IMAGE, async_wait_until, result_text, start_server
 
 from .cluster import Swarm, skip_reason
 
@@ -242,3 +243,52 @@ async def test_sandboxes_spread_over_nodes_and_stop_removes_them(srv, cluster):
         return stopped, sandboxes, networks
 
     assert await async_wait_until(lambda: (lambda r: r[0] == [] and len(r[1]) == len(r[2]))(left()), timeout=20), left()
+
+
+def service_node_ids(cluster, service: str) -> list[str]:
+    """The node ids of `service`'s tasks meant to run."""
+    tasks = cluster.docker(0, "service", "ps", "-q", "--filter", "desired-state=running", service, timeout=10).stdout.split()
+    return [cluster.docker(0, "inspect", "--format", "{{.NodeID}}", task, timeout=10).stdout.strip() for task in tasks]
+
+
+async def test_a_lost_node_is_learnt_from_swarm(srv, cluster):
+    """Last in the module: it stops a worker node (never the manager) and brings it back."""
+    boxes, worker = [], None
+    try:
+        for _ in range(8):  # until one lands on a worker
+            boxes.append(await srv.new_sandbox())
+            nodes = await asyncio.to_thread(service_node_ids, cluster, boxes[-1]["container_id"])
+            worker = next((n for n in cluster.nodes[1:] if n.node_id in nodes), None)
+            if worker:
+                break
+        assert worker, "no sandbox landed on a worker"
+        sb = boxes[-1]
+        t0 = time.monotonic()
+        await asyncio.to_thread(cluster.stop_node, worker.index)
+
+        async def says_lost() -> str:
+            r = await srv.call("run_command", {"sandbox_id": sb["sandbox_id"], "command": "true"})
+            return result_text(r) if r.is_error else ""
+
+        message = ""
+        while time.monotonic() - t0 < 15 and "was lost" not in message:
+            message = await says_lost()
+            await asyncio.sleep(0.2)
+        assert f"the node running sandbox {sb['sandbox_id']} was lost" in message, message
+        # Its service went at once: nothing of it is left for the node to run when it returns.
+        services = cluster.docker(0, "service", "ls", "-q", timeout=10).stdout.split()
+        assert not [s for s in services if sb["container_id"].startswith(s)], services
+        # New sandboxes land on the nodes that remain.
+        fresh = await srv.new_sandbox()
+        boxes.append(fresh)
+        assert worker.node_id not in await asyncio.to_thread(service_node_ids, cluster, fresh["container_id"])
+        assert (await srv.sh(fresh["sandbox_id"], "echo ok"))["stdout"] == "ok\n"
+    finally:
+        if worker:
+            await asyncio.to_thread(cluster.start_node, worker.index)
+        for box in boxes:
+            await srv.call("stop_sandbox", {"sandbox_id": box["sandbox_id"]}, timeout=30)
+    # Back, the node removes what it held of the lost sandbox (the module's end checks every node).
+    assert await async_wait_until(lambda: not cluster.docker(worker.index, "ps", "-aq", "--filter",
+                                                             f"label=io.cubicle.sandbox={sb['sandbox_id']}",
+                                                             timeout=10, check=False).stdout.split(), timeout=30)
