@@ -251,6 +251,20 @@ def service_node_ids(cluster, service: str) -> list[str]:
     return [cluster.docker(0, "inspect", "--format", "{{.NodeID}}", task, timeout=10).stdout.strip() for task in tasks]
 
 
+def restart_node(cluster, node) -> None:
+    """cluster.start_node, once the stopped dockerd's pid file is gone: a dockerd that ended by
+    "Force shutdown daemon" (its tasks' network endpoints would not go) can leave it, and the next
+    one then refuses to start ("pid file found")."""
+    pidfile = Path(node.dir) / "dockerd.pid"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "gone"
+        if state in ("gone", "Z"):
+            pidfile.unlink()
+    cluster.start_node(node.index)
+    cluster.wait_node_state(node.index, "ready", timeout=30)
+
+
 async def test_a_lost_node_is_learnt_from_swarm(srv, cluster):
     """Last in the module: it stops a worker node (never the manager) and brings it back."""
     boxes, worker = [], None
@@ -285,7 +299,7 @@ async def test_a_lost_node_is_learnt_from_swarm(srv, cluster):
         assert (await srv.sh(fresh["sandbox_id"], "echo ok"))["stdout"] == "ok\n"
     finally:
         if worker:
-            await asyncio.to_thread(cluster.start_node, worker.index)
+            await asyncio.to_thread(restart_node, cluster, worker)
         for box in boxes:
             await srv.call("stop_sandbox", {"sandbox_id": box["sandbox_id"]}, timeout=30)
     # Back, the node removes what it held of the lost sandbox (the module's end checks every node).
