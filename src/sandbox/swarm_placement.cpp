@@ -23,9 +23,10 @@ namespace asio = boost::asio;
 
 namespace {
 
-// A task is scheduled, its image looked for (Swarm tries a pull first) and its container
-// started on some node before its agent can dial: more than a local container takes.
-constexpr auto agent_start_timeout = std::chrono::seconds(60);
+// From its task running to its agent's hello (a local container's 15 s, and the way home).
+constexpr auto agent_start_timeout = std::chrono::seconds(20);
+// How long a task may stay pending with Swarm's reason (no node has room) before the launch fails.
+constexpr auto unplaced_wait = std::chrono::seconds(3);
 constexpr auto task_poll = std::chrono::milliseconds(100);
 constexpr int task_polls = 600;  // 60 s
 // After its service is removed, a network is in use until its tasks' containers are gone on their nodes.
@@ -120,6 +121,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
     std::string network, relay, service;
     std::shared_ptr<Sandbox> sandbox;
     std::exception_ptr failure;
+    bool running = false;  // its task ran: a failure after it may be Swarm's to tell
     try {
         network = co_await docker_.create_network(overlay_network_config("cubicle-sb-" + suffix, instance_, true));
         std::vector<std::string> relay_networks{network, agents_network_};
@@ -140,6 +142,10 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
         sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, service, std::move(spec));
         if (!docker_.engine().forks_and_recycles(sandbox->spec().runtime)) sandbox->disable_zygote();
         sandbox->set_zygote_preload(config_.zygote_preload);
+        // Its agent dials once its task runs (the token waits for it meanwhile).
+        std::string no_network;
+        co_await task_address(service, no_network);
+        running = true;
         co_await sandbox->connect_dialed(std::move(channel), agent_start_timeout);
         log::debug("sandbox {} ready (service {})", sandbox_id, service.substr(0, 12));
         co_return sandbox;
@@ -148,7 +154,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
     }
     if (sandbox) sandbox->shutdown("it did not start");
     std::string why;  // not a co_await inside ?: (GCC 12, PITFALLS.md)
-    if (!service.empty()) why = co_await task_failure(service);
+    if (running) why = co_await task_failure(service);
     if (!service.empty()) {
         try {
             co_await remove(service);
@@ -164,15 +170,22 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
 
 asio::awaitable<std::string> SwarmPlacement::task_address(std::string service, std::string network) {
     asio::steady_timer pause(executor_);
+    auto started = std::chrono::steady_clock::now();
     for (int poll = 0; poll < task_polls; ++poll) {
         std::vector<std::string> services{service};
         auto tasks = co_await docker_.list_tasks(std::move(services));
         if (!tasks.empty()) {
             const auto& task = tasks.front();  // the newest
             if (task_ended(task.state))
-                throw ToolError(fmt::format("the relay's Swarm task {}: {}", task.state, task.error.empty() ? "no reason given" : task.error));
+                throw ToolError(fmt::format("its Swarm task {}: {}", task.state, task.error.empty() ? "no reason given" : task.error));
+            // Swarm keeps it pending until a node frees up: said at once rather than after the whole wait.
+            if (task.state == "pending" && !task.error.empty() && std::chrono::steady_clock::now() - started > unplaced_wait)
+                throw ToolError(fmt::format("Swarm has no node for it: {} (see --swarm-constraint and the sandbox's limits, "
+                                            "which Swarm reserves)",
+                                            task.error));
             auto addresses = task.addresses.find(network);
-            if (task.state == "running" && addresses != task.addresses.end() && !addresses->second.empty()) {
+            if (task.state == "running" && (network.empty() || (addresses != task.addresses.end() && !addresses->second.empty()))) {
+                if (network.empty()) co_return std::string();
                 const auto& cidr = addresses->second.front();
                 co_return cidr.substr(0, cidr.find('/'));
             }
@@ -180,7 +193,7 @@ asio::awaitable<std::string> SwarmPlacement::task_address(std::string service, s
         pause.expires_after(task_poll);
         co_await pause.async_wait(asio::use_awaitable);
     }
-    throw ToolError("the relay's Swarm task did not start within 60 s (no node can run it? see --swarm-constraint)");
+    throw ToolError("its Swarm task did not start within 60 s");
 }
 
 asio::awaitable<std::string> SwarmPlacement::task_failure(std::string service) {

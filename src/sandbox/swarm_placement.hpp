@@ -44,7 +44,8 @@ private:
     // The image sandboxes of `base` run: derived once per base and agent (built on the
     // manager when missing). Throws ToolError.
     boost::asio::awaitable<std::string> agent_image(std::string base);
-    // The address of `service`'s running task on `network`, once it runs. Throws ToolError.
+    // Once `service`'s task runs: its address on `network` (none asked: ""). Throws ToolError
+    // when the task ended or Swarm has no node for it.
     boost::asio::awaitable<std::string> task_address(std::string service, std::string network);
     // Why `service`'s task is not running, when Swarm says (for the launch's error).
     boost::asio::awaitable<std::string> task_failure(std::string service);
