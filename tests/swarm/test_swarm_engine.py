@@ -224,6 +224,18 @@ async def test_hostile_code_is_contained(srv, cluster):
         assert "noexec" in mounts and "nosuid" in mounts, mounts
 
 
+async def test_a_token_replayed_from_inside_and_a_forged_agent_are_refused(srv, cluster):
+    """The token init still shows is spent; the relay and the endpoint take no second agent."""
+    from integration.test_dial_home import REPLAY  # the same program as on one host
+
+    async with srv.sandbox() as sb:
+        replay = await py(srv, sb["sandbox_id"], REPLAY)
+        assert replay["stdout"].startswith("closed"), replay
+        forged = await py(srv, sb["sandbox_id"], REPLAY.replace("token.encode()", "b'0' * 32"))
+        assert forged["stdout"].startswith("closed"), forged
+        assert (await py(srv, sb["sandbox_id"], "print(1)"))["stdout"] == "1\n"  # its own agent carries on
+
+
 async def test_sandboxes_spread_over_nodes_and_stop_removes_them(srv, cluster):
     boxes = await asyncio.gather(*(srv.new_sandbox() for _ in range(10)))
     try:
