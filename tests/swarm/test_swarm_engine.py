@@ -257,6 +257,30 @@ async def test_sandboxes_spread_over_nodes_and_stop_removes_them(srv, cluster):
     assert await async_wait_until(lambda: (lambda r: r[0] == [] and len(r[1]) == len(r[2]))(left()), timeout=20), left()
 
 
+async def test_the_server_derives_the_image_on_the_manager_and_keeps_to_its_constraint(srv, cluster):
+    """An image the manager has but not yet with this agent: the server builds the derived one there
+    (POST /build). Held to the manager by --swarm-constraint, where alone that image is."""
+    base = "cubicle/sandbox-test:swarm-build"
+    await asyncio.to_thread(cluster.docker, 0, "tag", IMAGE, base)
+    try:
+        args = ["--engine", "swarm", "--docker-host", f"unix://{cluster.manager_socket}", "--default-image", base,
+                "--agent-channel", "tcp", "--agent-listen", f"{cluster.host_address}:0", "--pool-size", "0",
+                "--cpus", "0.25", "--disk-mb", "64", "--tmp-size-mb", "32", "--swarm-constraint", "node.role==manager"]
+        async with start_server(*args, tag="swarm-build") as other:
+            async with other.sandbox() as sb:
+                assert (await other.ok("execute_code", {"sandbox_id": sb["sandbox_id"], "code": "print(7)"}))["stdout"] == "7\n"
+                nodes = await asyncio.to_thread(service_node_ids, cluster, sb["container_id"])
+                assert nodes == [cluster.nodes[0].node_id], nodes
+                labels = json.loads(cluster.docker(0, "image", "inspect", "--format", "{{json .Config.Labels}}",
+                                                   f"{base}-agent-{hashlib.sha256(AGENT.read_bytes()).hexdigest()[:12]}").stdout)
+                assert labels["io.cubicle.agent-base"] == base, labels
+            # The first server's sandboxes carry on beside the second's.
+            assert (await srv.ok("execute_code", {"code": "print(8)"}))["stdout"] == "8\n"
+    finally:
+        digest = hashlib.sha256(AGENT.read_bytes()).hexdigest()[:12]
+        cluster.docker(0, "rmi", f"{base}-agent-{digest}", base, check=False)
+
+
 def service_node_ids(cluster, service: str) -> list[str]:
     """The node ids of `service`'s tasks meant to run."""
     tasks = cluster.docker(0, "service", "ps", "-q", "--filter", "desired-state=running", service, timeout=10).stdout.split()
