@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CUBICLE_BIN, IMAGE, async_wait_until, result_text, start_server
+from conftest import CUBICLE_BIN, IMAGE, async_wait_until, result_text, server_args, server_env, start_server
 
 from .cluster import Swarm, skip_reason
 
@@ -280,6 +280,32 @@ async def test_the_server_derives_the_image_on_the_manager_and_keeps_to_its_cons
         digest = hashlib.sha256(AGENT.read_bytes()).hexdigest()[:12]
         cluster.docker(0, "rmi", f"{base}-agent-{digest}", base, check=False)
 
+
+
+async def test_a_killed_servers_services_go_with_the_next_servers_sweep(srv, cluster, tmp_path):
+    """SIGKILLed, a server removes nothing: the module's server (its owner provably dead) does."""
+    args = server_args(["--engine", "swarm", "--docker-host", f"unix://{cluster.manager_socket}", "--agent-channel", "tcp",
+                        "--agent-listen", f"{cluster.host_address}:0", "--pool-size", "1", "--cpus", "0.25", "--disk-mb", "64",
+                        "--tmp-size-mb", "32"])
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen([str(CUBICLE_BIN), *args], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                env=server_env())
+    try:
+        def of_it(kind: str) -> list[str]:
+            ids = cluster.docker(0, kind, "ls", "-q", "--filter", "label=io.cubicle.managed=true", timeout=10).stdout.split()
+            labels = "{{.Spec.Labels}}" if kind == "service" else "{{.Labels}}"
+            out = cluster.docker(0, kind, "inspect", "--format", f"{{{{.ID}}}} {labels}", *ids, timeout=10,
+                                 check=False).stdout if ids else ""
+            return [line.split()[0] for line in out.splitlines() if f"/{proc.pid}/" in line]
+
+        # Its warm sandbox: a service of its own and its relay.
+        assert await async_wait_until(lambda: len(of_it("service")) >= 2, timeout=60), (tmp_path / "killed.log").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert of_it("service"), "the killed server's services went by themselves"
+    # The sweep runs every 10 s; the networks go once the tasks' containers have.
+    assert await async_wait_until(lambda: not of_it("service") and not of_it("network"), timeout=45), (of_it("service"), of_it("network"))
 
 def service_node_ids(cluster, service: str) -> list[str]:
     """The node ids of `service`'s tasks meant to run."""
