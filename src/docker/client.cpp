@@ -603,7 +603,7 @@ asio::awaitable<std::vector<SwarmTask>> Client::list_tasks(std::vector<std::stri
     co_return out;
 }
 
-asio::awaitable<std::vector<std::string>> Client::nodes_not_ready() {
+asio::awaitable<std::vector<std::string>> Client::nodes_lost() {
     auto res = check(co_await request("GET", "/nodes"), "listing Swarm nodes failed");
     json::Document doc;
     if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable node list: " + *error);
@@ -613,13 +613,14 @@ asio::awaitable<std::vector<std::string>> Client::nodes_not_ready() {
     for (auto item : items) {
         std::string_view id, state;
         if (item["ID"].get(id) != simdjson::SUCCESS || item["Status"]["State"].get(state) != simdjson::SUCCESS) continue;
-        if (state != "ready") out.emplace_back(id);
+        // "unknown" is every node just after a manager restarts or a leader changes: not a loss.
+        if (state == "down" || state == "disconnected") out.emplace_back(id);
     }
     co_return out;
 }
 
 asio::awaitable<void> Client::build_image(std::string context_tar, std::string tag) {
-    auto res = check(co_await request("POST", "/build?rm=1&forcerm=1&t=" + url_encode(tag), std::move(context_tar), "application/x-tar"),
+    auto res = check(co_await request("POST", "/build?rm=1&forcerm=1&networkmode=none&t=" + url_encode(tag), std::move(context_tar), "application/x-tar"),
                      fmt::format("building image {} failed", tag));
     // The builder answers 200 and says in its stream of JSON lines when a step failed.
     std::string_view body(res.body);

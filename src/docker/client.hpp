@@ -173,8 +173,8 @@ public:
     asio::awaitable<std::vector<ContainerSummary>> list_services(std::string label_filter);
     // The tasks of `services` (GET /tasks?filters=service), newest first per service.
     asio::awaitable<std::vector<SwarmTask>> list_tasks(std::vector<std::string> services);
-    // The ids of the nodes whose status is not ready (down, unknown, disconnected).
-    asio::awaitable<std::vector<std::string>> nodes_not_ready();
+    // The ids of the nodes Swarm says are down or disconnected (not those still "unknown").
+    asio::awaitable<std::vector<std::string>> nodes_lost();
     // POST /build of a context tarball (a Dockerfile at its top) as image `tag`; throws Error
     // with the builder's message when the build fails.
     asio::awaitable<void> build_image(std::string context_tar, std::string tag);

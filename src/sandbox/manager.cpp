@@ -113,6 +113,12 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
                         "(or CUBICLE_ALLOW_NETWORK=1)");
     }
     if (spec.network && !placement_->offers().egress) throw ToolError(not_offered(*placement_, "network: true is"));
+    // (the default image first: the constructor resolves the pools' spec before placement_ exists)
+    if (spec.image != config_.default_image && !image::find_profile(spec.image) && !placement_->offers().any_image) {
+        throw ToolError(fmt::format("with --engine {} only the operator's images run (the default image {} and cubicle's profiles), "
+                                    "not {} (docs/engines.md)",
+                                    placement_->name(), config_.default_image, spec.image));
+    }
     return spec;
 }
 

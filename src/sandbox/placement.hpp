@@ -34,6 +34,9 @@ struct PlacementOffers {
     bool volumes = true;    // a volume of the engine at --docker-host reaches it (persistent sandboxes, their mirror)
     bool egress = true;     // the egress proxy's networks reach it (network: true)
     bool losses = false;    // lost() can say that a sandbox's host went away (its node left)
+    // A client's image may run. Swarm derives each image with the agent by a build that runs
+    // the base's own programs on the manager as root: only the operator's images there.
+    bool any_image = true;
 };
 
 // A sandbox whose host went away behind the server's back, and why (node loss).

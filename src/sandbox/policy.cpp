@@ -141,6 +141,8 @@ void begin_service(json::Writer& w, const std::string& instance, const ServiceSi
     w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
     w.key("CapabilityDrop").begin_array().value("ALL").end_array();
     w.field("ReadOnly", true).field("Init", true);
+    // An image's HEALTHCHECK would run its own command in the task, beside the agent.
+    w.key("HealthCheck").begin_object().key("Test").begin_array().value("NONE").end_array().end_object();
     w.field("StopGracePeriod", static_cast<std::int64_t>(1'000'000'000));  // ns: teardown waits no 10 s per task
     ulimits(w, engine);
 }

@@ -64,21 +64,23 @@ asio::awaitable<void> SwarmPlacement::start() {
     if (endpoint_) co_return;
     starting_ = true;
     std::string failure;
+    // Published together once both exist: a launch that finds the endpoint finds the network.
+    std::unique_ptr<DialHome> endpoint;
     try {
         // --agent-listen is an address of this host the nodes reach (config.cpp checks it is given).
         auto colon = config_.agent_listen.rfind(':');
         auto host = config_.agent_listen.substr(0, colon);
         if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
         auto port = static_cast<std::uint16_t>(std::stoi(config_.agent_listen.substr(colon + 1)));
-        endpoint_ = DialHome::listen(executor_, host, port);
-        dial_target_ = host_port(host, endpoint_->port());
+        endpoint = DialHome::listen(executor_, host, port);
+        dial_target_ = host_port(host, endpoint->port());
         // Not internal: the relays' way out to the endpoint (through each node's docker_gwbridge).
         if (agents_network_.empty())
             agents_network_ = co_await docker_.create_network(overlay_network_config("cubicle-agents-" + random_hex(8), instance_, false));
     } catch (const std::exception& e) {
         failure = e.what();
     }
-    if (!failure.empty()) endpoint_.reset();
+    if (failure.empty()) endpoint_ = std::move(endpoint);
     starting_ = false;
     started_.cancel();
     if (!failure.empty()) throw ToolError(fmt::format("sandboxes cannot start on the Swarm: {}", failure));
@@ -91,6 +93,8 @@ asio::awaitable<std::string> SwarmPlacement::agent_image(std::string base) {
     // nodes as any image does (a registry, or docker save/load), named and labelled with the
     // agent's digest so that a stale one is never run.
     if (auto known = images_.find(base); known != images_.end()) co_return known->second;
+    if (base.find("-agent-") != std::string::npos)
+        throw ToolError(fmt::format("{} looks like an image derived for Swarm already; name its base image", base));
     if (base.find('@') != std::string::npos)
         throw ToolError(fmt::format("--engine swarm derives the agent's image from a tag, not a digest: {}", base));
     auto derived = derived_name(base);
@@ -117,6 +121,8 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
     if (!agent) throw ToolError("--engine swarm runs sandboxes with their agent only: Docker exec reaches no other node");
     co_await start();
     auto image = co_await agent_image(spec.image);
+    // The relay, which has a way out, runs the operator's image whatever the sandbox's.
+    auto relay_image = co_await agent_image(config_.default_image);
     auto suffix = random_hex(6);
     std::string network, relay, service;
     std::shared_ptr<Sandbox> sandbox;
@@ -125,11 +131,12 @@ asio::awaitable<std::shared_ptr<Sandbox>> SwarmPlacement::launch(SandboxSpec spe
     try {
         network = co_await docker_.create_network(overlay_network_config("cubicle-sb-" + suffix, instance_, true));
         std::vector<std::string> relay_networks{network, agents_network_};
-        auto relay_spec = relay_service_spec(image, instance_, sandbox_id, "cubicle-relay-" + suffix, std::move(relay_networks),
+        auto relay_spec = relay_service_spec(relay_image, instance_, sandbox_id, "cubicle-relay-" + suffix, std::move(relay_networks),
                                              config_.swarm_constraints, docker_.engine(), relay_port, dial_target_);
         relay = co_await docker_.create_service(std::move(relay_spec));
         // The agent dials an address, not a name: the relay's, once its task runs.
         auto relay_address = co_await task_address(relay, network);
+        if (!endpoint_) throw ToolError("the server is stopping");  // teardown() ran meanwhile
         auto channel = endpoint_->expect(network, relay_address, relay_port);
         SwarmSandbox swarm{.service_name = "cubicle-" + suffix,
                            .image = image,
@@ -248,7 +255,7 @@ asio::awaitable<std::vector<LostSandbox>> SwarmPlacement::lost(std::vector<std::
     std::vector<LostSandbox> out;
     if (host_ids.empty()) co_return out;
     auto tasks = co_await docker_.list_tasks(host_ids);
-    auto down = co_await docker_.nodes_not_ready();
+    auto down = co_await docker_.nodes_lost();
     std::set<std::string> seen;
     for (const auto& task : tasks) {
         if (!seen.insert(task.service_id).second) continue;  // only the newest task counts

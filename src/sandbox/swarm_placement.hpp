@@ -30,7 +30,7 @@ public:
     // Only the agent reaches a task on another node: no pause, archive or exec through the
     // manager, and no volume or bridge network of the manager's host.
     PlacementOffers offers() const override {
-        return {.pause = false, .container = false, .volumes = false, .egress = false, .losses = true};
+        return {.pause = false, .container = false, .volumes = false, .egress = false, .losses = true, .any_image = false};
     }
     boost::asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec, std::string sandbox_id, bool agent) override;
     boost::asio::awaitable<void> remove(std::string host_id) override;

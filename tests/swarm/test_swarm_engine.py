@@ -224,6 +224,20 @@ async def test_hostile_code_is_contained(srv, cluster):
         assert "noexec" in mounts and "nosuid" in mounts, mounts
 
 
+async def test_only_the_operators_images_run_and_no_healthcheck(srv, cluster):
+    """Deriving the agent's image runs the base's own programs on the manager: a client's image is
+    refused before anything is made; no task runs an image's HEALTHCHECK."""
+    kind, text = await srv.tool_error("initialize_sandbox", {"image": "debian:bookworm-slim"})
+    assert kind == "isError" and "only the operator's images" in text, text
+    async with srv.sandbox() as sb:
+        services = cluster.docker(0, "service", "ls", "-q", "--filter", f"label=io.cubicle.sandbox={sb['sandbox_id']}").stdout.split()
+        assert len(services) == 2, services  # the sandbox and its relay
+        for service in services:
+            check = cluster.docker(0, "service", "inspect", "--format", "{{json .Spec.TaskTemplate.ContainerSpec.Healthcheck}}",
+                                   service).stdout
+            assert json.loads(check)["Test"] == ["NONE"], check
+
+
 async def test_a_token_replayed_from_inside_and_a_forged_agent_are_refused(srv, cluster):
     """The token init still shows is spent; the relay and the endpoint take no second agent."""
     from integration.test_dial_home import REPLAY  # the same program as on one host

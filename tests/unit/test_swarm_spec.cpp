@@ -65,6 +65,7 @@ TEST(SwarmSpec, CarriesEveryLockThatA141ServiceSpecCanSay) {
     EXPECT_TRUE(bool(container["ReadOnly"].get_bool()));
     EXPECT_TRUE(bool(container["Init"].get_bool()));
     EXPECT_EQ(std::string_view(container["User"].get_string()), "1000:1000");
+    EXPECT_EQ(strings(container["HealthCheck"]["Test"]), std::vector<std::string>{"NONE"});
     EXPECT_EQ(std::string_view(container["Labels"][label_managed].get_string()), "true");
     auto command = strings(container["Command"]);
     EXPECT_EQ(command.front(), agent_path);
@@ -114,6 +115,7 @@ TEST(SwarmSpec, TheRelayKeepsItsStdinOpenAndTheLocks) {
     ASSERT_FALSE(doc.parse(text)) << text;
     auto container = doc.root()["TaskTemplate"]["ContainerSpec"];
     EXPECT_TRUE(bool(container["OpenStdin"].get_bool()));
+    EXPECT_EQ(strings(container["HealthCheck"]["Test"]), std::vector<std::string>{"NONE"});
     EXPECT_TRUE(bool(container["ReadOnly"].get_bool()));
     EXPECT_EQ(strings(container["CapabilityDrop"]), std::vector<std::string>{"ALL"});
     EXPECT_EQ(strings(container["Command"]), (std::vector<std::string>{agent_path, "--relay", "4000", "10.0.0.9:7000"}));
