@@ -294,15 +294,35 @@ const std::vector<Option>& options() {
              if (host.empty() || (::inet_pton(AF_INET, std::string(host).c_str(), address) != 1 &&
                                   ::inet_pton(AF_INET6, std::string(host).c_str(), address) != 1))
                  throw std::invalid_argument(fmt::format("--agent-listen must be IP-ADDRESS:PORT, not '{}'", v));
-             // The relay's network is internal: no route but to its gateway. An address other than
-             // every one would never see an agent (and the agents would quietly fall back to attach).
-             if (host != "0.0.0.0" && host != "::")
-                 throw std::invalid_argument(fmt::format(
-                     "--agent-listen takes 0.0.0.0:PORT or [::]:PORT, not '{}': the relay reaches the server only at its "
-                     "agent network's gateway, which the server listens on by default",
-                     v));
+             // A local relay's network is internal: no route but to its gateway, so another address
+             // would never see an agent. With --engine swarm the relays run on other nodes and
+             // dial this address (checked after parsing, when the engine is known).
              parse_number("--agent-listen's port", v.substr(colon + 1), 0, 65535);
              c.agent_listen = v;
+         }},
+        {"--engine", "CUBICLE_ENGINE", "KIND",
+         "local (default: each sandbox is a container of the engine at --docker-host) or swarm (--docker-host is a "
+         "Swarm manager; each sandbox is a service of one task on a node Swarm chooses, its agent dialing home: "
+         "needs --agent-channel tcp and --agent-listen ADDRESS:PORT that the nodes reach; docs/engines.md)",
+         [](Config& c, std::string_view v) {
+             if (v != "local" && v != "swarm") throw std::invalid_argument(fmt::format("--engine must be local or swarm, not '{}'", v));
+             c.engine = v;
+         }},
+        {"--swarm-constraint", "CUBICLE_SWARM_CONSTRAINTS", "EXPR",
+         "with --engine swarm, a placement constraint every sandbox's service carries, written as Swarm's "
+         "placement constraints are, e.g. node.labels.sandboxes==yes (repeatable; variable: EXPR;EXPR)",
+         [](Config& c, std::string_view v) {
+             for (std::size_t start = 0; start <= v.size();) {
+                 auto end = std::min(v.find(';', start), v.size());
+                 auto expr = v.substr(start, end - start);
+                 if (!expr.empty()) {
+                     if (expr.find("==") == std::string_view::npos && expr.find("!=") == std::string_view::npos)
+                         throw std::invalid_argument(
+                             fmt::format("--swarm-constraint must be KEY==VALUE or KEY!=VALUE, not '{}'", expr));
+                     c.swarm_constraints.emplace_back(expr);
+                 }
+                 start = end + 1;
+             }
          }},
         {"--pool-size", "CUBICLE_POOL_SIZE", "N", "warm sandboxes kept ready (0: none)",
          [](Config& c, std::string_view v) { c.pool_size = parse_number("--pool-size", v, 0, 1000); }},
@@ -473,6 +493,27 @@ ParsedArgs parse_args(int argc, char** argv) {
     c.max_disk_mb = std::max(c.max_disk_mb, c.disk_mb);
     c.max_files_limit = std::max(c.max_files_limit, c.files_limit);
     c.max_ttl_s = std::max(c.max_ttl_s, c.default_ttl_s);
+    if (!c.agent_listen.empty()) {
+        auto host = std::string_view(c.agent_listen).substr(0, c.agent_listen.rfind(':'));
+        bool anywhere = host == "0.0.0.0" || host == "[::]";
+        if (c.engine != "swarm" && !anywhere)
+            throw std::invalid_argument(fmt::format(
+                "--agent-listen takes 0.0.0.0:PORT or [::]:PORT, not '{}': the relay reaches the server only at its "
+                "agent network's gateway, which the server listens on by default",
+                c.agent_listen));
+        if (c.engine == "swarm" && anywhere)
+            throw std::invalid_argument(fmt::format(
+                "with --engine swarm, --agent-listen names the address the nodes' relays dial, not '{}'", c.agent_listen));
+    }
+    if (c.engine == "swarm") {
+        // Another node's task has no socket of this host and no attach stream through the manager.
+        if (c.agent_channel != "tcp") throw std::invalid_argument("--engine swarm needs --agent-channel tcp: its agents dial home");
+        if (c.agent_listen.empty())
+            throw std::invalid_argument("--engine swarm needs --agent-listen ADDRESS:PORT, an address of this host the nodes reach");
+        if (c.executor != "agent") throw std::invalid_argument("--engine swarm needs --executor agent: Docker exec reaches no other node");
+    } else if (!c.swarm_constraints.empty()) {
+        throw std::invalid_argument("--swarm-constraint needs --engine swarm");
+    }
     return parsed;
 }
 

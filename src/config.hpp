@@ -72,6 +72,10 @@ struct Config {
     // --agent-listen 0.0.0.0:PORT or [::]:PORT, where the server takes agents' TLS connections
     // with --agent-channel tcp; empty: the gateway of the server's agent network, any port.
     std::string agent_listen;
+    // Where sandboxes run (sandbox/placement.hpp): "local", containers of the engine at
+    // docker_host; or "swarm", services of the Swarm that docker_host manages.
+    std::string engine = "local";
+    std::vector<std::string> swarm_constraints;  // --swarm-constraint, on every sandbox's service
     int pool_size = 2;          // warm sandboxes kept ready for the default profile (the floor)
     int pool_max = 16;          // the most the pool grows to under demand
     bool no_recycle = false;    // remove throwaway sandboxes instead of resetting them for reuse

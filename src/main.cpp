@@ -90,6 +90,7 @@ asio::awaitable<void> start_up(docker::Client& docker, sandbox::Manager& manager
             asio::co_spawn(co_await asio::this_coro::executor, manager.sweep_orphans(), asio::detached);
             asio::co_spawn(co_await asio::this_coro::executor, manager.watch_lifetimes(), asio::detached);
             asio::co_spawn(co_await asio::this_coro::executor, manager.copy_workspaces(), asio::detached);
+            asio::co_spawn(co_await asio::this_coro::executor, manager.watch_placement(), asio::detached);
             if (retried) log::info("the Docker daemon answers now: start-up complete");
             co_return;
         } catch (const std::exception& e) {

@@ -1357,8 +1357,14 @@ int main(int argc, char **argv)
         return relay_main(argc - 2, argv + 2);
     uint64_t memory_limit = 0;
     int sandbox = argc >= 2 && strcmp(argv[1], "--sandbox") == 0, usage = argc > 1 && !sandbox;
+    /* --dial-only: no attach stream reaches the server (a Swarm task on another
+     * node): the hello and every frame go over the connection home, or nowhere. */
+    int dial_only = 0;
     for (int i = 2; sandbox && i < argc && !usage; i += 2) {
-        if (i + 1 >= argc)
+        if (strcmp(argv[i], "--dial-only") == 0) {
+            dial_only = 1;
+            i--;
+        } else if (i + 1 >= argc)
             usage = 1;
         else if (strcmp(argv[i], "--memory-limit") == 0)
             usage = wire_parse_u64(argv[i + 1], &memory_limit) != 0;
@@ -1366,7 +1372,7 @@ int main(int argc, char **argv)
             usage = 1;
     }
     if (usage) {
-        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] | --proxy PORT [ALLOW ...] | --relay PORT TARGET]\n");
+        fprintf(stderr, "usage: cubicle-agent [--sandbox [--memory-limit BYTES] [--dial-only] | --proxy PORT [ALLOW ...] | --relay PORT TARGET]\n");
         return 2;
     }
     sweep_enabled = sandbox && getuid() != 0;
@@ -1378,10 +1384,16 @@ int main(int argc, char **argv)
         memory_init(memory_limit);
     }
     /* Before any program runs: a mounted socket, else the server's TLS endpoint. */
-    int channel = sweep_enabled ? connect_channel() : -1;
+    int channel = sweep_enabled && !dial_only ? connect_channel() : -1;
     if (sweep_enabled && channel < 0)
         channel = dial_home();
-    const char *hello = channel >= 0 ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
+    if (dial_only) {
+        if (channel < 0)
+            die(1, "--dial-only: the connection home failed");
+        server_in = server_out = channel;
+    }
+    /* Dialing only, the hello is the first frame home: it names no other channel. */
+    const char *hello = channel >= 0 && !dial_only ? CUBICLE_HELLO_CHANNEL : CUBICLE_HELLO;
     send_frame(CUBICLE_FRAME_HELLO, 0, hello, strlen(hello));
     if (channel >= 0)
         server_in = server_out = channel;

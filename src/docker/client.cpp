@@ -529,9 +529,117 @@ asio::awaitable<void> Client::disconnect_network(std::string network, std::strin
     if (res.status != 404) check(res, fmt::format("disconnecting the container from network {} failed", network));
 }
 
+asio::awaitable<std::string> Client::create_service(std::string spec_json) {
+    auto res = check(co_await request("POST", "/services/create", std::move(spec_json)), "creating a Swarm service failed");
+    json::Document doc;
+    std::string_view id;
+    if (doc.parse(res.body) || doc.root()["ID"].get(id) != simdjson::SUCCESS) throw Error(res.status, "the Swarm manager returned no service id");
+    co_return std::string(id);
+}
+
+asio::awaitable<void> Client::remove_service(std::string id) {
+    auto res = co_await request("DELETE", "/services/" + url_encode(id));
+    if (res.status != 404) check(res, fmt::format("removing service {} failed", id));
+}
+
+asio::awaitable<std::vector<ContainerSummary>> Client::list_services(std::string label_filter) {
+    auto res = check(co_await request("GET", "/services?filters=" + label_filters(label_filter)), "listing Swarm services failed");
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable service list: " + *error);
+    std::vector<ContainerSummary> out;
+    simdjson::dom::array items;
+    if (doc.root().get(items) != simdjson::SUCCESS) co_return out;
+    for (auto item : items) {
+        ContainerSummary summary;
+        std::string_view text;
+        if (item["ID"].get(text) == simdjson::SUCCESS) summary.id = text;
+        simdjson::dom::element spec;
+        if (item["Spec"].get(spec) == simdjson::SUCCESS) summary.labels = read_labels(spec);
+        out.push_back(std::move(summary));
+    }
+    co_return out;
+}
+
+asio::awaitable<std::vector<SwarmTask>> Client::list_tasks(std::vector<std::string> services) {
+    std::vector<SwarmTask> out;
+    if (services.empty()) co_return out;
+    json::Writer filters;
+    filters.begin_object().key("service").begin_array();
+    for (const auto& service : services) filters.value(service);
+    filters.end_array().end_object();
+    auto res = check(co_await request("GET", "/tasks?filters=" + url_encode(filters.str())), "listing Swarm tasks failed");
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable task list: " + *error);
+    simdjson::dom::array items;
+    if (doc.root().get(items) != simdjson::SUCCESS) co_return out;
+    for (auto item : items) {
+        SwarmTask task;
+        std::string_view text;
+        if (item["ID"].get(text) == simdjson::SUCCESS) task.id = text;
+        if (item["ServiceID"].get(text) == simdjson::SUCCESS) task.service_id = text;
+        if (item["NodeID"].get(text) == simdjson::SUCCESS) task.node_id = text;
+        if (item["DesiredState"].get(text) == simdjson::SUCCESS) task.desired_state = text;
+        if (item["CreatedAt"].get(text) == simdjson::SUCCESS) task.created_at = text;
+        if (item["Status"]["State"].get(text) == simdjson::SUCCESS) task.state = text;
+        if (item["Status"]["Err"].get(text) == simdjson::SUCCESS) task.error = text;
+        simdjson::dom::array attachments;
+        if (item["NetworksAttachments"].get(attachments) == simdjson::SUCCESS) {
+            for (auto attachment : attachments) {
+                std::string_view network;
+                if (attachment["Network"]["ID"].get(network) != simdjson::SUCCESS) continue;
+                auto& addresses = task.addresses[std::string(network)];
+                simdjson::dom::array list;
+                if (attachment["Addresses"].get(list) != simdjson::SUCCESS) continue;
+                for (auto address : list) {
+                    if (address.get(text) == simdjson::SUCCESS) addresses.emplace_back(text);
+                }
+            }
+        }
+        out.push_back(std::move(task));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const SwarmTask& a, const SwarmTask& b) {
+        return a.service_id != b.service_id ? a.service_id < b.service_id : a.created_at > b.created_at;
+    });
+    co_return out;
+}
+
+asio::awaitable<std::vector<std::string>> Client::nodes_lost() {
+    auto res = check(co_await request("GET", "/nodes"), "listing Swarm nodes failed");
+    json::Document doc;
+    if (auto error = doc.parse(res.body)) throw Error(res.status, "unreadable node list: " + *error);
+    std::vector<std::string> out;
+    simdjson::dom::array items;
+    if (doc.root().get(items) != simdjson::SUCCESS) co_return out;
+    for (auto item : items) {
+        std::string_view id, state;
+        if (item["ID"].get(id) != simdjson::SUCCESS || item["Status"]["State"].get(state) != simdjson::SUCCESS) continue;
+        // "unknown" is every node just after a manager restarts or a leader changes: not a loss.
+        if (state == "down" || state == "disconnected") out.emplace_back(id);
+    }
+    co_return out;
+}
+
+asio::awaitable<void> Client::build_image(std::string context_tar, std::string tag) {
+    auto res = check(co_await request("POST", "/build?rm=1&forcerm=1&networkmode=none&t=" + url_encode(tag), std::move(context_tar), "application/x-tar"),
+                     fmt::format("building image {} failed", tag));
+    // The builder answers 200 and says in its stream of JSON lines when a step failed.
+    std::string_view body(res.body);
+    for (std::size_t start = 0; start < body.size();) {
+        auto end = std::min(body.find('\n', start), body.size());
+        auto line = body.substr(start, end - start);
+        start = end + 1;
+        json::Document doc;
+        std::string_view message;
+        if (line.empty() || doc.parse(line) || doc.root()["error"].get(message) != simdjson::SUCCESS) continue;
+        throw Error(res.status, fmt::format("building image {} failed: {}", tag, message));
+    }
+}
+
 asio::awaitable<void> Client::remove_network(std::string network) {
     auto res = co_await request("DELETE", "/networks/" + url_encode(network));
-    if (res.status != 404) check(res, fmt::format("removing network {} failed", network));
+    // A Swarm manager answers 500 "network ... not found" for an overlay network removed meanwhile.
+    bool gone = res.status == 404 || (res.status == 500 && daemon_message(res.body).find("not found") != std::string::npos);
+    if (!gone) check(res, fmt::format("removing network {} failed", network));
 }
 
 asio::awaitable<std::string> Client::network_gateway(std::string network) {

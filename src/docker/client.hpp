@@ -63,6 +63,19 @@ struct ContainerSummary {
     std::map<std::string, std::string> labels;
 };
 
+// A Swarm task (GET /tasks): where and how one replica of a service runs.
+struct SwarmTask {
+    std::string id;
+    std::string service_id;
+    std::string node_id;
+    std::string state;          // Status.State: new ... running, complete, failed, rejected, orphaned ...
+    std::string desired_state;  // running, shutdown, ...
+    std::string error;          // Status.Err
+    std::string created_at;     // RFC 3339: orders a service's tasks
+    // Its addresses (CIDR) on each network it is attached to, by network id.
+    std::map<std::string, std::vector<std::string>> addresses;
+};
+
 struct ImageInfo {
     std::string id;
     std::string architecture;
@@ -150,6 +163,21 @@ public:
     // The names (REPOSITORY:TAG, sorted) of the local images carrying `label_filter`.
     asio::awaitable<std::vector<std::string>> list_images(std::string label_filter);
     asio::awaitable<DaemonInfo> info();
+
+    // ---- Swarm (the endpoint is a manager) ----
+    // POST /services/create; returns the service's id.
+    asio::awaitable<std::string> create_service(std::string spec_json);
+    // DELETE /services/{id}; a service already gone is not an error.
+    asio::awaitable<void> remove_service(std::string id);
+    // The services carrying `label_filter` (KEY=VALUE), each as its id and its Spec's labels.
+    asio::awaitable<std::vector<ContainerSummary>> list_services(std::string label_filter);
+    // The tasks of `services` (GET /tasks?filters=service), newest first per service.
+    asio::awaitable<std::vector<SwarmTask>> list_tasks(std::vector<std::string> services);
+    // The ids of the nodes Swarm says are down or disconnected (not those still "unknown").
+    asio::awaitable<std::vector<std::string>> nodes_lost();
+    // POST /build of a context tarball (a Dockerfile at its top) as image `tag`; throws Error
+    // with the builder's message when the build fails.
+    asio::awaitable<void> build_image(std::string context_tar, std::string tag);
 
     // ---- images ----
     // Pulls an image, reporting progress as it goes (at most a line every half

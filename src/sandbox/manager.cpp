@@ -22,6 +22,8 @@
 #include "image/profiles.hpp"
 #include "sandbox/languages.hpp"
 #include "sandbox/agent_blob.hpp"
+#include "sandbox/local_placement.hpp"
+#include "sandbox/swarm_placement.hpp"
 #include "sandbox/owner.hpp"
 #include "sandbox/policy.hpp"
 #include "sandbox/secret_tls.hpp"
@@ -30,15 +32,22 @@
 namespace cubicle::sandbox {
 namespace {
 
-// The agent did not start in a container (say, an image for another CPU).
-class AgentUnavailable : public ToolError {
-public:
-    using ToolError::ToolError;
-};
-
 constexpr auto agent_start_timeout = std::chrono::seconds(15);
+// How often the placement is asked which sandboxes it lost (Swarm: /tasks and /nodes).
+constexpr auto loss_poll_interval = std::chrono::seconds(1);
 // How often the containers of other, dead instances are looked for.
 constexpr auto orphan_sweep_interval = std::chrono::seconds(10);
+std::unique_ptr<Placement> make_placement(asio::any_io_executor executor, docker::Client& docker, const Config& config,
+                                          const std::string& instance, AgentVolume& agent_volume) {
+    if (config.engine == "swarm") return std::make_unique<SwarmPlacement>(executor, docker, config, instance);
+    return std::make_unique<LocalPlacement>(executor, docker, config, instance, agent_volume);
+}
+
+// What a placement cannot do, in a message naming the engine (for refusals).
+std::string not_offered(const Placement& placement, std::string_view what) {
+    return fmt::format("{} not offered with --engine {} (docs/engines.md)", what, placement.name());
+}
+
 // How long a resume waits for the last copy of a mirror whose server died (mirror.hpp).
 constexpr auto stale_mirror_wait = std::chrono::milliseconds(660'000);  // Mirror's own limit
 
@@ -75,13 +84,12 @@ Manager::Manager(asio::any_io_executor executor, docker::Client& docker, const C
             [this](SandboxSpec spec) { return launch(std::move(spec)); },
             [this](std::shared_ptr<Sandbox> sandbox) { return discard(std::move(sandbox)); }),
       removal_turns_(executor, removals_at_once), agent_volume_(executor, docker, instance_),
-      dial_networks_(executor, docker, config, instance_, agent_volume_),
+      placement_(make_placement(executor, docker, config, instance_, agent_volume_)),
       egress_(executor, docker, config, instance_, agent_volume_), keeper_(docker, config),
       snapshots_(keeper_, config),
-      lifetimes_(executor, docker, std::chrono::seconds(config.idle_pause_s),
+      // Where the Engine cannot pause a sandbox's container, none is paused.
+      lifetimes_(executor, docker, std::chrono::seconds(placement_->offers().pause ? config.idle_pause_s : 0),
                  [this](std::string id, EndReason reason) -> asio::awaitable<void> { co_await end(std::move(id), reason); }) {
-    if (config.agent_channel == "socket" && docker.endpoint().kind == docker::Endpoint::Kind::unix_socket)
-        channels_ = AgentChannels::open();
 }
 
 SandboxSpec Manager::resolve(SandboxSpec spec) const {
@@ -103,6 +111,13 @@ SandboxSpec Manager::resolve(SandboxSpec spec) const {
     if (spec.network && !config_.allow_network) {
         throw ToolError("network access is disabled on this server; the operator can allow it with --allow-network "
                         "(or CUBICLE_ALLOW_NETWORK=1)");
+    }
+    if (spec.network && !placement_->offers().egress) throw ToolError(not_offered(*placement_, "network: true is"));
+    // (the default image first: the constructor resolves the pools' spec before placement_ exists)
+    if (spec.image != config_.default_image && !image::find_profile(spec.image) && !placement_->offers().any_image) {
+        throw ToolError(fmt::format("with --engine {} only the operator's images run (the default image {} and cubicle's profiles), "
+                                    "not {} (docs/engines.md)",
+                                    placement_->name(), config_.default_image, spec.image));
     }
     return spec;
 }
@@ -227,6 +242,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::workspace_host(SandboxSpec sp
 
 asio::awaitable<std::shared_ptr<Sandbox>> Manager::create_workspace(SandboxSpec spec, std::string owner, StatusSink status) {
     spec = resolve(std::move(spec));
+    if (!placement_->offers().container) throw ToolError(not_offered(*placement_, "shared-container workspaces are"));
     if (spec.network) throw ToolError("a shared-container workspace cannot have network access; create a sandbox of its own");
     auto slot = reserve_slot(owner);
     auto host = co_await workspace_host(spec, status);
@@ -354,6 +370,7 @@ asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch(SandboxSpec spec) {
         try {
             co_return co_await launch_with(spec, true);
         } catch (const AgentUnavailable& e) {
+            if (!placement_->offers().container) throw;  // Docker exec reaches no container there
             log::warning("the agent cannot run in image {} ({}); using Docker exec for it", spec.image, e.what());
             exec_only_images_.insert(spec.image);
         }
@@ -383,96 +400,11 @@ void Manager::check_engine(const SandboxSpec& spec) const {
     }
 }
 
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent, bool retried) {
+asio::awaitable<std::shared_ptr<Sandbox>> Manager::launch_with(SandboxSpec spec, bool agent) {
     co_await know_engine();
     check_engine(spec);
-    std::string agent_volume;
-    // Filled and held through a container of the operator's image, never a client's.
-    if (agent) agent_volume = co_await agent_volume_.ensure(config_.default_image);
     std::string sandbox_id = spec.sandbox_id.empty() ? "sb-" + random_hex(6) : spec.sandbox_id;
-    std::unique_ptr<AgentChannel> channel;
-    std::string dial_network;  // the sandbox's own, with the relay, when its agent dials home
-    // A networked sandbox is on its egress network: its agent speaks over the attach stream.
-    if (agent && config_.agent_channel == "tcp" && !spec.network) {
-        auto dial = co_await dial_networks_.channel();
-        channel = std::move(dial.first);
-        dial_network = std::move(dial.second);
-    } else if (agent && channels_ && docker_.engine().passes_host_sockets(spec.runtime)) channel = channels_->listen(executor_);
-    auto wiring = channel ? channel->wiring() : AgentWiring{};
-    // Built outside the co_await: GCC 12 frees temporaries inside one wrongly. A refused spec
-    // after channel() must still drop the sandbox's network.
-    std::exception_ptr refused;
-    std::string config;
-    try {
-        config = container_config(spec, instance_, sandbox_id, agent, docker_.engine(), agent_volume, wiring.socket_path,
-                                  wiring.network, wiring.dial);
-    } catch (...) {
-        refused = std::current_exception();
-    }
-    std::string container_id;
-    if (!refused) try {
-        // Not named after the sandbox: Podman writes the name into its /etc/hosts, and
-        // Docker's DNS answers a reverse lookup with it (the label io.cubicle.sandbox has the id).
-        container_id = co_await docker_.create_container(std::move(config), "cubicle-" + random_hex(6));
-    } catch (const docker::Error& e) {
-        // Refused for the socket's sake (Docker and Podman name the path): the engine does
-        // not see this server's files (a remote daemon, a server in a container of its own),
-        // so no sandbox can have a channel. Logged once: launches under way fail alike.
-        if (wiring.socket_path.empty() || std::string_view(e.what()).find(wiring.socket_path) == std::string_view::npos) {
-            refused = std::current_exception();
-        } else {
-            if (channels_) {
-                log::warning("the engine cannot mount agent channels from {} ({}); sandboxes use their attach streams",
-                             channels_->path(), e.what());
-            }
-            channel.reset();
-            channels_.reset();
-        }
-    }
-    if (refused) {
-        if (!dial_network.empty()) co_await dial_networks_.drop(dial_network);
-        std::rethrow_exception(refused);
-    }
-    if (container_id.empty()) co_return co_await launch_with(std::move(spec), agent, retried);
-    if (!dial_network.empty()) dial_networks_.hold(container_id, dial_network);
-    std::exception_ptr failure;
-    try {
-        co_return co_await start(sandbox_id, container_id, spec, agent, agent && agent_volume.empty(), std::move(channel));
-    } catch (...) {
-        failure = std::current_exception();
-    }
-    try {
-        co_await docker_.remove_container(container_id);
-    } catch (const std::exception& e) {
-        log::warning("removing container {} after a failed start: {}", container_id, e.what());
-    }
-    co_await dial_networks_.release(container_id);
-    if (!agent_volume.empty() && !retried) {
-        bool repaired = co_await agent_volume_.repair();
-        if (repaired) co_return co_await launch_with(std::move(spec), agent, true);
-    }
-    std::rethrow_exception(failure);
-}
-
-asio::awaitable<std::shared_ptr<Sandbox>> Manager::start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
-                                                         bool copy_agent, std::unique_ptr<AgentChannel> channel) {
-    if (copy_agent) co_await docker_.put_archive(container_id, agent_dir, agent_archive());
-    auto stream = co_await docker_.attach(container_id);
-    co_await docker_.start_container(container_id);
-    auto sandbox = std::make_shared<Sandbox>(executor_, sandbox_id, container_id, std::move(spec));
-    if (!docker_.engine().forks_and_recycles(sandbox->spec().runtime)) sandbox->disable_zygote();
-    sandbox->set_zygote_preload(config_.zygote_preload);
-    if (!agent) {
-        sandbox->connect_exec(std::move(stream), docker_);
-        co_return sandbox;
-    }
-    try {
-        co_await sandbox->connect(std::move(stream), std::move(channel), agent_start_timeout);
-    } catch (const ToolError& e) {
-        throw AgentUnavailable(e.what());
-    }
-    log::debug("sandbox {} ready (container {})", sandbox_id, container_id.substr(0, 12));
-    co_return sandbox;
+    co_return co_await placement_->launch(std::move(spec), std::move(sandbox_id), agent);
 }
 
 asio::awaitable<void> Manager::discard(std::shared_ptr<Sandbox> sandbox) {
@@ -496,12 +428,12 @@ asio::awaitable<void> Manager::remove_container_of(std::shared_ptr<Sandbox> sand
     // another sandbox's.
     if (sandbox->spec().network) egress_.unbind_secrets(sandbox->id());
     std::exception_ptr failure;
+    lost_hosts_.erase(sandbox->container_id());
     try {
-        co_await docker_.remove_container(sandbox->container_id());
+        co_await placement_->remove(sandbox->container_id());
     } catch (...) {
         failure = std::current_exception();
     }
-    if (!failure) co_await dial_networks_.release(sandbox->container_id());
     if (sandbox->spec().network) {
         egress_.forget(sandbox->id());
         co_await egress_.leave(sandbox->owner());
@@ -585,6 +517,7 @@ asio::awaitable<bool> Manager::destroy(std::string id, std::string reason, bool 
 
 asio::awaitable<Manager::Kept> Manager::keep(SandboxSpec spec, std::string owner, std::string name, bool stateful,
                                              bool auto_install, StatusSink status) {
+    if (!placement_->offers().volumes) throw ToolError(not_offered(*placement_, "persistent sandboxes are"));
     if (config_.no_persistent) {
         throw ToolError("persistent sandboxes are off on this server (--no-persistent). snapshot_sandbox keeps a sandbox's "
                         "files meanwhile");
@@ -812,8 +745,8 @@ asio::awaitable<void> Manager::destroy_all() {
     try {
         co_await agent_volume_.settle();
         co_await remove_leftovers();
+        co_await placement_->teardown();
         co_await egress_.teardown();
-        co_await dial_networks_.teardown();
     } catch (const std::exception& e) {
         log::warning("removing sandboxes at exit: {} (the next cubicle to start removes what is left)", e.what());
     }
@@ -824,7 +757,7 @@ asio::awaitable<void> Manager::destroy_all() {
 asio::awaitable<void> Manager::remove_leftovers() {
     asio::steady_timer pause(executor_);
     for (int round = 0; round < leftover_rounds; ++round) {
-        auto ours = co_await docker_.list_containers(fmt::format("{}={}", label_instance, instance_));
+        auto ours = co_await placement_->hosts(fmt::format("{}={}", label_instance, instance_));
         if (ours.empty()) break;
         std::vector<asio::awaitable<void>> leftovers;
         for (const auto& container : ours) leftovers.push_back(remove_quietly(container.id));
@@ -836,9 +769,10 @@ asio::awaitable<void> Manager::remove_leftovers() {
 
 asio::awaitable<void> Manager::remove_quietly(std::string container_id) {
     try {
-        co_await docker_.remove_container(container_id);
+        co_await placement_->remove(container_id);
     } catch (const std::exception& e) {
-        log::warning("removing container {}: {}", container_id.substr(0, 12), e.what());
+        log::warning("removing {} {}: {}", placement_->name() == std::string_view("local") ? "container" : "service",
+                     container_id.substr(0, 12), e.what());
     }
 }
 
@@ -850,7 +784,7 @@ bool Manager::orphaned(const std::map<std::string, std::string>& labels) const {
 }
 
 asio::awaitable<void> Manager::remove_orphans() {
-    auto containers = co_await docker_.list_containers(fmt::format("{}=true", label_managed));
+    auto containers = co_await placement_->hosts(fmt::format("{}=true", label_managed));
     std::vector<asio::awaitable<void>> removals;
     for (const auto& container : containers) {
         if (!orphaned(container.labels)) continue;
@@ -908,6 +842,41 @@ asio::awaitable<void> Manager::copy_workspaces() {
             } catch (const std::exception& e) {
                 log::warning("copying the workspace of sandbox {} to disk: {}", id, e.what());
             }
+        }
+    }
+}
+
+asio::awaitable<void> Manager::watch_placement() {
+    if (!placement_->offers().losses) co_return;
+    asio::steady_timer timer(executor_);
+    while (!closed_) {
+        timer.expires_after(loss_poll_interval);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (closed_) break;
+        std::map<std::string, std::string> by_host;  // sandbox id by host id
+        for (const auto& entry : sandboxes_) {
+            if (!entry.second->shared() && !lost_hosts_.count(entry.second->container_id())) by_host[entry.second->container_id()] = entry.first;
+        }
+        if (by_host.empty()) continue;
+        std::vector<std::string> hosts;
+        for (const auto& entry : by_host) hosts.push_back(entry.first);
+        std::vector<LostSandbox> losses;
+        try {
+            losses = co_await placement_->lost(std::move(hosts));
+        } catch (const std::exception& e) {
+            log::debug("asking the placement for lost sandboxes: {}", e.what());
+            continue;
+        }
+        for (const auto& loss : losses) {
+            auto host = by_host.find(loss.host_id);
+            auto sandbox = host == by_host.end() ? nullptr : find(host->second);
+            if (!sandbox || sandbox->container_id() != loss.host_id) continue;
+            auto reason = loss.node_lost ? fmt::format("the node running sandbox {} was lost", sandbox->id())
+                                         : fmt::format("sandbox {} was lost: {}", sandbox->id(), loss.detail);
+            log::warning("{}; stop_sandbox removes it from the list, initialize_sandbox starts another", reason);
+            sandbox->mark_lost(reason + "; start a new one with initialize_sandbox");
+            lost_hosts_.insert(loss.host_id);
+            asio::co_spawn(executor_, remove_quietly(loss.host_id), asio::detached);
         }
     }
 }

@@ -17,11 +17,11 @@
 #include "config.hpp"
 #include "docker/client.hpp"
 #include "sandbox/agent_volume.hpp"
-#include "sandbox/dial_networks.hpp"
 #include "sandbox/egress.hpp"
 #include "sandbox/keeper.hpp"
 #include "sandbox/lifetimes.hpp"
 #include "sandbox/mirror.hpp"
+#include "sandbox/placement.hpp"
 #include "sandbox/pools.hpp"
 #include "sandbox/removals.hpp"
 #include "sandbox/sandbox.hpp"
@@ -105,6 +105,10 @@ public:
     // Copies running persistent sandboxes' workspaces to disk every --persist-copy-s
     // when their files changed, until close().
     asio::awaitable<void> copy_workspaces();
+    // Where the placement reports losses (a Swarm node that left), until destroy_all: a lost
+    // sandbox's calls fail saying so, and its host is removed at once (nothing of it stays
+    // when the node returns); it stays listed until stop_sandbox.
+    asio::awaitable<void> watch_placement();
     // What the daemon offers (GPUs), read once at start-up after connecting; logs an
     // error when the engine cannot run the configured --runtime (sandboxes are then refused).
     void set_daemon_info(docker::DaemonInfo info);
@@ -122,6 +126,8 @@ public:
         pool_started_ = true;
         pools_.start();
     }
+    // Where sandboxes run, and what the Engine can do to them there (placement.hpp).
+    const Placement& placement() const { return *placement_; }
     // What a sandbox's programs may hold, and its container's hard limit (policy.hpp).
     MemoryLimits memory_limits(const SandboxSpec& spec) const { return sandbox::memory_limits(spec, docker_.engine()); }
     const std::string& default_image() const { return config_.default_image; }
@@ -155,16 +161,12 @@ private:
     asio::awaitable<void> remove_container_of(std::shared_ptr<Sandbox> sandbox);
     // Creates and connects a sandbox that nobody owns yet (for a client or the pool).
     asio::awaitable<std::shared_ptr<Sandbox>> launch(SandboxSpec spec);
-    // Tried once more when the agent volume turns out to have been removed (`retried`).
-    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent, bool retried = false);
+    // Through the placement, once the engine is known and can run `spec`.
+    asio::awaitable<std::shared_ptr<Sandbox>> launch_with(SandboxSpec spec, bool agent);
     // Connects first when start-up has not yet (which engine it is decides the config).
     asio::awaitable<void> know_engine();
     // Throws ToolError when the engine cannot run `spec` (limits, runtime).
     void check_engine(const SandboxSpec& spec) const;
-    // `copy_agent`: the container has no shared agent volume, the agent is copied into it.
-    // `channel`: the agent's channel the container mounts, if any.
-    asio::awaitable<std::shared_ptr<Sandbox>> start(std::string sandbox_id, std::string container_id, SandboxSpec spec, bool agent,
-                                                    bool copy_agent, std::unique_ptr<AgentChannel> channel);
 
     // `spec`'s limits, lowered to this server's ceilings (a saved sandbox's, made under others).
     SandboxSpec within_ceilings(SandboxSpec spec) const;
@@ -222,10 +224,8 @@ private:
     RemovalTurns removal_turns_;
     bool pool_started_ = false;
     AgentVolume agent_volume_;
-    // Where the agents' channels listen (agent_channel.hpp); empty: none, every agent
-    // speaks over its attach stream (--agent-channel attach, an engine that is not local).
-    std::unique_ptr<AgentChannels> channels_;
-    DialNetworks dial_networks_;  // --agent-channel tcp (dial_networks.hpp)
+    std::unique_ptr<Placement> placement_;  // where sandboxes run (placement.hpp)
+    std::set<std::string> lost_hosts_;      // hosts watch_placement() found lost (and removed)
     Egress egress_;
     Keeper keeper_;
     // The mirrors of the persistent sandboxes running here, by sandbox id (mirror.hpp).

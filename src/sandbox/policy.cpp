@@ -7,6 +7,7 @@
 #include "agent/protocol.h"
 #include "common/errors.hpp"
 #include "common/json.hpp"
+#include "docker/tar.hpp"
 #include "sandbox/owner.hpp"
 
 namespace cubicle::sandbox {
@@ -89,7 +90,163 @@ void our_labels(json::Writer& w, const std::string& instance) {
     w.field(label_managed, "true").field(label_instance, instance).field(label_owner, owner_record());
 }
 
+// What every sandbox's environment starts with.
+void base_env(json::Writer& w) {
+    w.value("HOME=/workspace").value("LANG=C.UTF-8").value("PYTHONUNBUFFERED=1").value("PYTHONDONTWRITEBYTECODE=1");
+    w.value("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+}
+
+// ---- Swarm services (swarm_placement.hpp), as Engine API 1.41 can say them ----
+
+// The part of a TaskTemplate every service of ours shares: the locks of a container of
+// ours that a ContainerSpec can express (docs/engines.md has the mapping), one replica,
+// never restarted (a task that ends is a sandbox that ended: the server decides what next),
+// on the operator's nodes, reached by DNS round robin (no IPVS for a VIP on every kernel).
+struct ServiceSite {
+    std::string name;
+    std::string image;
+    std::string sandbox_id;
+    const char* role;
+    std::vector<std::string> networks;
+    const std::vector<std::string>& constraints;
+};
+
+void service_labels(json::Writer& w, const std::string& instance, const ServiceSite& site) {
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.field(label_sandbox, site.sandbox_id).field(label_role, site.role);
+    w.end_object();
+}
+
+// Opens the service and its ContainerSpec up to its Mounts (left open for the caller).
+void begin_service(json::Writer& w, const std::string& instance, const ServiceSite& site, const docker::Engine& engine) {
+    w.begin_object().field("Name", site.name);
+    service_labels(w, instance, site);
+    w.key("Mode").begin_object().key("Replicated").begin_object().field("Replicas", 1).end_object().end_object();
+    w.key("EndpointSpec").begin_object().field("Mode", "dnsrr").end_object();
+    w.key("TaskTemplate").begin_object();
+    w.key("RestartPolicy").begin_object().field("Condition", "none").field("MaxAttempts", 0).end_object();
+    w.key("Placement").begin_object().key("Constraints").begin_array();
+    for (const auto& constraint : site.constraints) w.value(constraint);
+    w.end_array().end_object();
+    w.key("Networks").begin_array();
+    for (const auto& network : site.networks) w.begin_object().field("Target", network).end_object();
+    w.end_array();
+    // Output travels over the agent's connection; nothing needs to be kept in logs.
+    w.key("LogDriver").begin_object().field("Name", "none").end_object();
+    w.key("ContainerSpec").begin_object();
+    w.field("Image", site.image);
+    // On the task's container too: what a node holds is known as ours there.
+    service_labels(w, instance, site);
+    w.field("User", fmt::format("{}:{}", sandbox_uid, sandbox_gid));
+    w.key("CapabilityDrop").begin_array().value("ALL").end_array();
+    w.field("ReadOnly", true).field("Init", true);
+    // An image's HEALTHCHECK would run its own command in the task, beside the agent.
+    w.key("HealthCheck").begin_object().key("Test").begin_array().value("NONE").end_array().end_object();
+    w.field("StopGracePeriod", static_cast<std::int64_t>(1'000'000'000));  // ns: teardown waits no 10 s per task
+    ulimits(w, engine);
+}
+
+void end_service(json::Writer& w) {
+    w.end_object();  // ContainerSpec
+}
+
 } // namespace
+
+std::string sandbox_service_spec(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
+                                 const docker::Engine& engine, const SwarmSandbox& swarm) {
+    if (spec.network) throw ToolError("a sandbox with network cannot run as a Swarm service (its egress network is on one host)");
+    if (!spec.workspace_volume.empty()) throw ToolError("a persistent sandbox cannot run as a Swarm service");
+    // A 1.41 ContainerSpec names neither a runtime nor devices: never a silent runc instead.
+    if (!spec.runtime.empty())
+        throw ToolError(fmt::format("--runtime {} cannot be given to a Swarm service (Engine API 1.41 has no per-service "
+                                    "runtime): make it the nodes' default runtime instead",
+                                    spec.runtime));
+    if (spec.gpu) throw ToolError("gpu: true is not offered with --engine swarm");
+    json::Writer w;
+    ServiceSite site{.name = swarm.service_name, .image = swarm.image, .sandbox_id = sandbox_id, .role = role_sandbox,
+                     .networks = {swarm.network}, .constraints = swarm.constraints};
+    begin_service(w, instance, site, engine);
+    // --dial-only: no attach stream reaches another node; the agent's connection home is all.
+    w.key("Command").begin_array().value(agent_path).value(agent_sandbox_flag);
+    w.value(agent_memory_flag).value(std::to_string(static_cast<std::int64_t>(spec.memory_mb) * mib)).value(agent_dial_only_flag);
+    w.end_array();
+    w.field("Dir", workspace_dir);
+    w.key("Env").begin_array();
+    base_env(w);
+    w.value(fmt::format("{}={}", CUBICLE_AGENT_DIAL, swarm.dial));
+    w.end_array();
+    w.key("Mounts").begin_array();
+    // /tmp: Docker mounts a tmpfs of the Mounts API noexec, nosuid, nodev (as HostConfig.Tmpfs's).
+    w.begin_object().field("Type", "tmpfs").field("Target", "/tmp");
+    w.key("TmpfsOptions").begin_object().field("SizeBytes", static_cast<std::int64_t>(spec.tmp_size_mb) * mib).field("Mode", 01777);
+    w.end_object().end_object();
+    workspace_mount(w, spec);  // an anonymous tmpfs volume of the node's, removed with the task's container
+    w.end_array();
+    end_service(w);
+    auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
+    auto memory = static_cast<std::int64_t>(memory_limits(spec, engine).ceiling_mb) * mib;
+    auto cpus = static_cast<std::int64_t>(std::llround(spec.cpus * 1e9));
+    // Reserved as limited: Swarm places a sandbox only where its limits fit.
+    w.key("Resources").begin_object();
+    w.key("Limits").begin_object().field("NanoCPUs", cpus).field("MemoryBytes", memory);
+    w.field("Pids", static_cast<std::int64_t>(spec.pids_limit) + overhead.pids).end_object();
+    w.key("Reservations").begin_object().field("NanoCPUs", cpus).field("MemoryBytes", memory).end_object();
+    w.end_object();
+    w.end_object();  // TaskTemplate
+    w.end_object();
+    return w.take();
+}
+
+std::string relay_service_spec(const std::string& image, const std::string& instance, const std::string& sandbox_id,
+                               const std::string& name, std::vector<std::string> networks, const std::vector<std::string>& constraints,
+                               const docker::Engine& engine, int port, const std::string& target) {
+    json::Writer w;
+    ServiceSite site{.name = name, .image = image, .sandbox_id = sandbox_id, .role = role_relay, .networks = std::move(networks),
+                     .constraints = constraints};
+    begin_service(w, instance, site, engine);
+    w.key("Command").begin_array().value(agent_path).value("--relay").value(std::to_string(port)).value(target).end_array();
+    // The relay ends when its stdin closes (a local one with the server's attach): a task's
+    // stays open, and the service goes with its sandbox or by the orphan sweep.
+    w.field("OpenStdin", true);
+    w.key("Env").begin_array().end_array();
+    end_service(w);
+    w.key("Resources").begin_object();
+    w.key("Limits").begin_object().field("MemoryBytes", 64 * mib).field("Pids", static_cast<std::int64_t>(64)).end_object();
+    w.end_object();
+    w.end_object();  // TaskTemplate
+    w.end_object();
+    return w.take();
+}
+
+std::string overlay_network_config(const std::string& name, const std::string& instance, bool internal) {
+    json::Writer w;
+    w.begin_object().field("Name", name).field("CheckDuplicate", true).field("Driver", "overlay").field("Internal", internal);
+    w.field("Attachable", false);
+    w.key("Labels").begin_object();
+    our_labels(w, instance);
+    w.end_object();
+    w.end_object();
+    return w.take();
+}
+
+std::string agent_image_context(const std::string& base_image, std::string_view agent, const std::string& digest) {
+    // The agent at its path, set-user-id and set-group-id bits gone (Engine API 1.41 has no
+    // no-new-privileges for a service: with no such file, no program can gain a uid), and a
+    // build that fails should any remain.
+    auto dockerfile = fmt::format(
+        "FROM {}\n"
+        "USER 0\n"
+        "COPY agent {}\n"
+        "RUN find / -xdev -type f -perm /6000 -exec chmod ug-s {{}} + ; test -z \"$(find / -xdev -type f -perm /6000)\"\n"
+        "LABEL {}={} {}={}\n"
+        "USER {}:{}\n",
+        base_image, agent_path, label_agent_digest, digest, label_agent_base, base_image, sandbox_uid, sandbox_gid);
+    docker::TarWriter tar;
+    tar.add({.name = "Dockerfile", .content = dockerfile, .mode = 0644});
+    tar.add({.name = "agent", .content = agent, .mode = 0755});
+    return tar.finish();
+}
 
 MemoryLimits memory_limits(const SandboxSpec& spec, const docker::Engine& engine) {
     auto overhead = docker::runtime_overhead(spec.runtime.empty() ? engine.default_runtime : spec.runtime);
@@ -127,8 +284,7 @@ std::string container_config(const SandboxSpec& spec, const std::string& instanc
     // Only what is set here reaches the sandbox: the server's own environment never does.
     // A client's `env` travels with each execution instead, so pooled containers serve any client.
     w.key("Env").begin_array();
-    w.value("HOME=/workspace").value("LANG=C.UTF-8").value("PYTHONUNBUFFERED=1").value("PYTHONDONTWRITEBYTECODE=1");
-    w.value("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    base_env(w);
     if (!spec.proxy_url.empty()) {
         // The only way out of the internal network: HTTP(S) through the egress proxy.
         for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {

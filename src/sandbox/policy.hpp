@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,8 @@ inline constexpr const char* agent_path = "/opt/cubicle/agent";
 inline constexpr const char* agent_sandbox_flag = "--sandbox";
 // Followed by a number of bytes: what the sandbox's programs may hold (agent/memory.h).
 inline constexpr const char* agent_memory_flag = "--memory-limit";
+// The agent has no attach stream (a Swarm task): it dials home or ends (Sandbox::connect_dialed).
+inline constexpr const char* agent_dial_only_flag = "--dial-only";
 inline constexpr unsigned sandbox_uid = 1000;
 inline constexpr unsigned sandbox_gid = 1000;
 
@@ -110,6 +113,10 @@ inline constexpr const char* role_agent = "agent";  // the agent volume and the 
 // On the agent volume: the SHA-256 of the agent it holds (agent_volume.hpp).
 inline constexpr const char* label_agent_digest = "io.cubicle.agent-digest";
 inline constexpr const char* role_live = "live";      // a persistent sandbox's tmpfs workspace
+inline constexpr const char* role_sandbox = "sandbox";  // a Swarm service that is a sandbox
+inline constexpr const char* role_relay = "relay";      // the relay its agent dials home through
+// On an image derived for Swarm (agent_image_context): the image it was derived from.
+inline constexpr const char* label_agent_base = "io.cubicle.agent-base";
 inline constexpr const char* role_mirror = "mirror";  // the container copying it to disk
 // Where a mirror finds the sandbox's volume on disk, and its tmpfs.
 inline constexpr const char* mirror_disk_dir = "/workspace";
@@ -142,6 +149,31 @@ std::string mirror_config(const SandboxSpec& spec, const std::string& image, con
                           const docker::Engine& engine = {});
 
 // The internal network a principal's networked sandboxes share: no route out but the proxy.
+// ---- Swarm (swarm_placement.hpp) ----
+// Where a sandbox's service runs and how its agent dials home.
+struct SwarmSandbox {
+    std::string service_name;
+    std::string image;    // derived: the agent inside (agent_image_context)
+    std::string network;  // its own internal overlay, with its relay alone
+    std::vector<std::string> constraints;  // --swarm-constraint
+    std::string dial;     // CUBICLE_AGENT_DIAL's value
+};
+// The JSON body of POST /services/create for one sandbox: its container_config's locks
+// as a 1.41 ServiceSpec can carry them (docs/engines.md, "Swarm"). Throws ToolError for
+// what a service cannot be (network: true, persistent).
+std::string sandbox_service_spec(const SandboxSpec& spec, const std::string& instance, const std::string& sandbox_id,
+                                 const docker::Engine& engine, const SwarmSandbox& swarm);
+// The relay of one sandbox (agent/relay.h) on `networks` (the sandbox's, then a way to the
+// server), listening on `port`, forwarding to `target` (HOST:PORT).
+std::string relay_service_spec(const std::string& image, const std::string& instance, const std::string& sandbox_id,
+                               const std::string& name, std::vector<std::string> networks, const std::vector<std::string>& constraints,
+                               const docker::Engine& engine, int port, const std::string& target);
+// POST /networks/create for an overlay network of ours.
+std::string overlay_network_config(const std::string& name, const std::string& instance, bool internal);
+// The build context (a tar) of `base_image` with `agent` at agent_path, labelled with its
+// `digest` and base, with no set-user-id or set-group-id file left.
+std::string agent_image_context(const std::string& base_image, std::string_view agent, const std::string& digest);
+
 std::string egress_network_config(const std::string& name, const std::string& instance);
 
 } // namespace cubicle::sandbox

@@ -151,6 +151,27 @@ asio::awaitable<void> Sandbox::connect(std::unique_ptr<docker::RawStream> stream
     asio::co_spawn(executor_, read_loop(true), asio::detached);
 }
 
+asio::awaitable<void> Sandbox::connect_dialed(std::unique_ptr<AgentChannel> channel, std::chrono::milliseconds timeout) {
+    channel_ = co_await channel->accept(timeout);
+    channel_socket_ = std::move(channel);
+    alive_ = true;
+    hello_ = std::make_shared<Pending>(executor_);
+    hello_->done.expires_after(timeout);
+    asio::co_spawn(executor_, read_loop(true), asio::detached);
+    auto hello = hello_;
+    co_await hello->done.async_wait(use_tuple);
+    if (!hello->finished) {
+        shutdown("the agent did not start");
+        throw ToolError(fmt::format("the sandbox agent dialed home but sent no hello within {} ms{}", timeout.count(),
+                                    agent_log_.empty() ? "" : ": " + agent_log_));
+    }
+    if (!hello->error.empty()) throw ToolError(hello->error);
+    if (hello_channel_) {  // it has no other channel to name
+        shutdown("the agent claimed a channel it was not given");
+        throw ToolError("the sandbox agent claimed a channel it was not given");
+    }
+}
+
 void Sandbox::connect_exec(std::unique_ptr<docker::RawStream> stream, docker::Client& docker) {
     stream_ = std::move(stream);
     docker_ = &docker;
@@ -340,6 +361,11 @@ asio::awaitable<std::shared_ptr<AgentStream>> Sandbox::open_stream(unsigned shor
 Previews& Sandbox::previews() {
     if (!previews_) previews_ = std::make_shared<Previews>(executor_);
     return *previews_;
+}
+
+void Sandbox::mark_lost(std::string reason) {
+    if (alive_) shutdown(std::move(reason));
+    else death_reason_ = std::move(reason);
 }
 
 void Sandbox::shutdown(std::string reason) {

@@ -103,6 +103,9 @@ public:
     // connected to `channel` (may be null), its frames go over that from then on.
     asio::awaitable<void> connect(std::unique_ptr<docker::RawStream> stream, std::unique_ptr<AgentChannel> channel,
                                   std::chrono::milliseconds timeout);
+    // No attach stream reaches the agent (a Swarm task on another node, the agent run with
+    // --dial-only): its connection home on `channel` carries its hello and every frame.
+    asio::awaitable<void> connect_dialed(std::unique_ptr<AgentChannel> channel, std::chrono::milliseconds timeout);
     // Whether frames go over a channel of their own rather than the attach stream.
     bool on_channel() const { return channel_ != nullptr; }
     // Which: "socket" or "tcp" (agent_channel.hpp); only when on_channel().
@@ -197,6 +200,9 @@ public:
     // Marks the sandbox dead and closes the agent connection; pending runs fail,
     // streams break, exposed ports close.
     void shutdown(std::string reason);
+    // Its host was lost (placement.hpp): `reason` is what its calls say from now on, even
+    // when its agent's connection dropped first.
+    void mark_lost(std::string reason);
 
 private:
     struct Pending;

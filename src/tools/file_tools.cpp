@@ -468,6 +468,11 @@ constexpr std::string_view extract_as_sandbox_user = R"SH(
 // Empty when the upload may fall back on the Engine's archive API (a sandbox without
 // tar needs it), else why it may not.
 std::string why_no_archive_api(const Env& env, const Sandbox& box) {
+    if (!env.manager.placement().offers().container) {
+        return fmt::format("upload_file needs tar in the sandbox image here: the Engine cannot reach a container of "
+                           "--engine {} to put files into",
+                           env.manager.placement().name());
+    }
     const auto& engine = env.docker.engine();
     if (engine.archive_on_running(box.spec().runtime)) return {};
     return fmt::format("upload_file needs tar in the sandbox image here: {} cannot put files into a running container "

@@ -192,6 +192,28 @@ protected:
     std::map<std::string, std::string> saved_;
 };
 
+TEST_F(ParseArgsTest, SwarmEngine) {
+    auto c = parse({"--engine", "swarm", "--agent-channel", "tcp", "--agent-listen", "10.0.0.5:0", "--swarm-constraint",
+                    "node.labels.sandboxes==yes", "--swarm-constraint", "node.role!=manager"})
+                 .config;
+    EXPECT_EQ(c.engine, "swarm");
+    EXPECT_EQ(c.swarm_constraints, (std::vector<std::string>{"node.labels.sandboxes==yes", "node.role!=manager"}));
+    EXPECT_EQ(parse({}).config.engine, "local");
+    // Its agents dial home, to an address the nodes reach (not every one of the server's).
+    EXPECT_NE(error_of({"--engine", "swarm", "--agent-listen", "10.0.0.5:0"}).find("--agent-channel tcp"), std::string::npos);
+    EXPECT_NE(error_of({"--engine", "swarm", "--agent-channel", "tcp"}).find("--agent-listen"), std::string::npos);
+    EXPECT_NE(error_of({"--engine", "swarm", "--agent-channel", "tcp", "--agent-listen", "0.0.0.0:7000"}).find("nodes"), std::string::npos);
+    EXPECT_NE(error_of({"--engine", "swarm", "--agent-channel", "tcp", "--agent-listen", "10.0.0.5:0", "--executor", "exec"}),
+              "<no error>");
+    // On one engine the relay reaches only the gateway: a named address is still refused there.
+    EXPECT_NE(error_of({"--agent-channel", "tcp", "--agent-listen", "10.0.0.5:0"}).find("0.0.0.0:PORT"), std::string::npos);
+    EXPECT_EQ(parse({"--agent-channel", "tcp", "--agent-listen", "0.0.0.0:7000"}).config.agent_listen, "0.0.0.0:7000");
+    EXPECT_NE(error_of({"--swarm-constraint", "a==b"}).find("--engine swarm"), std::string::npos);
+    EXPECT_NE(error_of({"--engine", "kubernetes"}), "<no error>");
+    EXPECT_NE(error_of({"--engine", "swarm", "--agent-channel", "tcp", "--agent-listen", "10.0.0.5:0", "--swarm-constraint", "nonsense"}),
+              "<no error>");
+}
+
 TEST_F(ParseArgsTest, Ceilings) {
     auto c = parse({"--max-memory-mb", "2048", "--max-cpus", "2", "--max-pids-limit", "512", "--max-tmp-size-mb", "300",
                     "--disk-mb", "100", "--files-limit", "1000", "--max-disk-mb", "200", "--max-files-limit", "2000"}).config;

@@ -1,0 +1,1 @@
+"""Docker Swarm test harness (see cluster.py)."""
