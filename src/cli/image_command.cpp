@@ -1,6 +1,7 @@
-// `cubicle image build [PROFILE…] [--force]`, `cubicle image list` and
+// `cubicle image build [PROFILE…] [--force] [--push REGISTRY]`, `cubicle image list` and
 // `cubicle image dockerfile PROFILE`.
 #include <cstdio>
+#include <functional>
 #include <string_view>
 
 #include <boost/asio/this_coro.hpp>
@@ -12,6 +13,7 @@
 #include "cli/terminal.hpp"
 #include "common/log.hpp"
 #include "docker/client.hpp"
+#include "docker/registry.hpp"
 #include "image/builder.hpp"
 #include "image/profiles.hpp"
 #include "image/recipe.hpp"
@@ -24,7 +26,10 @@ namespace asio = boost::asio;
 
 std::string help() {
     std::string out =
-        "usage: cubicle image build [PROFILE...] [--force]   build images (default: every sandbox profile)\n"
+        "usage: cubicle image build [PROFILE...] [--force] [--push REGISTRY]\n"
+        "                                                    build images (default: every sandbox profile); --push\n"
+        "                                                    also tags each REGISTRY/NAME and pushes it there (for\n"
+        "                                                    --engine swarm, whose nodes pull: --image REGISTRY/NAME)\n"
         "       cubicle image list                           the profiles and whether their images are current\n"
         "       cubicle image dockerfile PROFILE             print the profile as a Dockerfile (images/PROFILE.Dockerfile)\n\n"
         "Images are built offline from this machine's apt sources with mmdebstrap (needs root) and\n"
@@ -64,8 +69,22 @@ std::vector<image::Profile> selected(const std::vector<std::string>& names) {
     return out;
 }
 
+// Tags `image` as REGISTRY/NAME and pushes it; throws saying what failed.
+asio::awaitable<void> push(docker::Client& docker, std::string image, std::string registry, image::BuildOutput& output) {
+    auto name = docker::in_registry(registry, image);
+    auto colon = name.rfind(':');
+    if (colon == std::string::npos || colon < name.rfind('/')) colon = name.size();  // no tag: "latest"
+    std::string tag = colon < name.size() ? name.substr(colon + 1) : "latest";
+    co_await docker.tag_image(image, name.substr(0, colon), tag);
+    std::function<void(std::string_view)> progress = [&output](std::string_view text) { output.status(text); };
+    co_await docker.push_image(name, std::move(progress));
+    output.line(fmt::format("pushed {}", name));
+}
+
 asio::awaitable<int> build(CommandLine command_line) {
     auto profiles = selected(std::vector<std::string>(command_line.words.begin() + 1, command_line.words.end()));
+    std::string registry;
+    if (auto push = command_line.values.find("--push"); push != command_line.values.end()) registry = push->second;
     auto executor = co_await asio::this_coro::executor;
     auto endpoint = docker::resolve_endpoint(docker::endpoint_settings(command_line.config));
     docker::Client docker(executor, endpoint);
@@ -77,7 +96,8 @@ asio::awaitable<int> build(CommandLine command_line) {
     int status = 0;
     for (auto& profile : profiles) {
         try {
-            co_await image::build(docker, manager, profile, command_line.switches.count("--force") > 0, output);
+            auto built = co_await image::build(docker, manager, profile, command_line.switches.count("--force") > 0, output);
+            if (!registry.empty()) co_await push(docker, built.image, registry, *output);
         } catch (const std::exception& e) {
             output->line(fmt::format("cubicle: building {} failed: {}", profile.image, e.what()));
             status = 1;
@@ -107,7 +127,7 @@ asio::awaitable<int> list(CommandLine command_line) {
 int image_command(int argc, char** argv) {
     CommandLine command_line;
     try {
-        command_line = parse_command_line(argc, argv, {"--force"});
+        command_line = parse_command_line(argc, argv, {"--force"}, {"--push"});
         log::set_stderr_level(*log::parse_level(command_line.config.log_level));
         if (command_line.help || command_line.words.empty()) {
             std::fputs(help().c_str(), command_line.help ? stdout : stderr);
@@ -115,8 +135,11 @@ int image_command(int argc, char** argv) {
         }
         if (command_line.words[0] == "build") {
             selected(std::vector<std::string>(command_line.words.begin() + 1, command_line.words.end()));
+            // A bad registry is told before anything is built.
+            if (auto push = command_line.values.find("--push"); push != command_line.values.end()) docker::in_registry(push->second, "x");
             return run(build, std::move(command_line));
         }
+        if (command_line.words[0] != "build" && !command_line.values.empty()) throw std::invalid_argument("--push is for `cubicle image build`");
         if (command_line.words[0] == "list" && command_line.words.size() == 1) return run(list, std::move(command_line));
         if (command_line.words[0] == "dockerfile") {
             if (command_line.words.size() != 2) throw std::invalid_argument("usage: cubicle image dockerfile PROFILE");

@@ -183,6 +183,8 @@ public:
     // Pulls an image, reporting progress as it goes (at most a line every half
     // second); throws Error with the daemon's message on failure.
     asio::awaitable<void> pull_image(std::string image, ProgressSink progress = {});
+    // Pushes REGISTRY/REPOSITORY:TAG to its registry (no credentials), as pull_image reports.
+    asio::awaitable<void> push_image(std::string image, ProgressSink progress = {});
     // Streams a root filesystem tarball into a new untagged image
     // (POST /images/create?fromSrc=-) with Dockerfile-style `changes`; returns its id.
     asio::awaitable<std::string> import_image(std::shared_ptr<ByteSource> tarball, std::vector<std::string> changes, std::string message);
@@ -200,6 +202,7 @@ public:
                                       std::uint64_t max_body = std::uint64_t(1) << 31);
 
 private:
+    asio::awaitable<void> stream_image_operation(std::string target, std::string what, ProgressSink progress);
     // POSTs to `target` asking for an upgrade and returns the raw connection.
     asio::awaitable<std::unique_ptr<RawStream>> hijack(std::string target, std::string body, std::string what);
 

@@ -13,6 +13,7 @@
 #include "common/errors.hpp"
 #include "common/ids.hpp"
 #include "common/log.hpp"
+#include "docker/registry.hpp"
 #include "sandbox/agent_blob.hpp"
 #include "sandbox/policy.hpp"
 #include "sandbox/sandbox.hpp"
@@ -92,7 +93,25 @@ asio::awaitable<std::string> SwarmPlacement::agent_image(std::string base) {
     // with its TLS). So it is baked into an image derived from the sandbox's, which reaches the
     // nodes as any image does (a registry, or docker save/load), named and labelled with the
     // agent's digest so that a stale one is never run.
+    // One derivation of a base at a time: launches at once wait for the first (and try
+    // themselves if it failed).
+    while (deriving_.count(base)) {
+        auto wait = deriving_[base];
+        co_await wait->async_wait(asio::as_tuple(asio::use_awaitable));
+    }
     if (auto known = images_.find(base); known != images_.end()) co_return known->second;
+    auto done = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+    deriving_[base] = done;
+    struct Finished {
+        std::map<std::string, std::shared_ptr<asio::steady_timer>>& deriving;
+        std::string base;
+        ~Finished() {
+            if (auto it = deriving.find(base); it != deriving.end()) {
+                it->second->cancel();
+                deriving.erase(it);
+            }
+        }
+    } finished{deriving_, base};
     if (base.find("-agent-") != std::string::npos)
         throw ToolError(fmt::format("{} looks like an image derived for Swarm already; name its base image", base));
     if (base.find('@') != std::string::npos)
@@ -112,6 +131,17 @@ asio::awaitable<std::string> SwarmPlacement::agent_image(std::string base) {
     if (!info || digest == info->labels.end() || digest->second != agent_digest()) {
         throw ToolError(fmt::format("the image {} does not hold this server's agent (label {}); remove it and start again", derived,
                                     label_agent_digest));
+    }
+    // Nodes pull what they run: a base in a registry gets its derivation pushed there.
+    // Without one, the operator loads the derived image onto every node (README).
+    if (auto registry = docker::registry_of(derived); !registry.empty()) {
+        log::info("pushing {} to {}, where the Swarm's nodes pull it", derived, registry);
+        try {
+            co_await docker_.push_image(derived);
+        } catch (const docker::Error& e) {
+            throw ToolError(fmt::format("could not push {} to its registry {}, which the Swarm's nodes pull from: {}", derived, registry,
+                                        e.what()));
+        }
     }
     images_[base] = derived;
     co_return derived;

@@ -65,6 +65,7 @@ private:
     std::string dial_target_;  // HOST:PORT the relays dial
     std::string agents_network_;
     std::map<std::string, std::string> images_;  // derived, by base image
+    std::map<std::string, std::shared_ptr<boost::asio::steady_timer>> deriving_;  // cancelled when done
     std::map<std::string, Parts> parts_;         // by the sandbox's service id
     bool starting_ = false;
     boost::asio::steady_timer started_;

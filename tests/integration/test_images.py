@@ -3,7 +3,7 @@ real Docker Engine.
 
 The sandbox-minimal profile is built here when missing (about 2 minutes, then skipped as current);
 the default profile is checked when present (scripts/setup builds it). A real registry
-(Debian's docker-registry) is started on 127.0.0.1 for the pull test.
+(Debian's docker-registry) is started on 127.0.0.1 for the pull and push tests.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -218,6 +219,38 @@ async def test_an_image_from_a_registry_is_pulled_with_progress(registry: str, m
         assert image_present(name)
     finally:
         docker("rmi", name, check=False)
+
+
+def test_image_build_pushes_to_a_registry(registry: str, minimal_image: str) -> None:
+    r = cubicle("image", "build", "sandbox-minimal", "--push", registry, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    name = f"{registry}/{MINIMAL}"
+    assert f"pushed {name}" in r.stdout
+    # The registry holds it: its manifest answers, and the Engine pulls it back by that name.
+    with urllib.request.urlopen(f"http://{registry}/v2/cubicle/sandbox-minimal/tags/list", timeout=10) as answer:
+        assert json.load(answer)["tags"] == ["latest"]
+    docker("rmi", name)
+    try:
+        docker("pull", name, timeout=300)
+        assert docker("image", "inspect", "-f", "{{.Id}}", name).stdout == docker("image", "inspect", "-f", "{{.Id}}", MINIMAL).stdout
+    finally:
+        docker("rmi", name, check=False)
+
+
+@pytest.mark.parametrize("bad", ["http://127.0.0.1:5000", "registry", "127.0.0.1:5000//x"])
+def test_a_bad_registry_is_refused_before_anything_is_built(bad: str) -> None:
+    r = cubicle("image", "build", "sandbox-minimal", "--push", bad, timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"cubicle: --push {bad}: "), r.stderr
+    assert "HOST[:PORT][/PREFIX]" in r.stderr
+
+
+def test_a_registry_that_does_not_answer_fails_the_build(minimal_image: str) -> None:
+    port = free_port()  # nothing listens there
+    r = cubicle("image", "build", "sandbox-minimal", "--push", f"127.0.0.1:{port}", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"pushing image 127.0.0.1:{port}/{MINIMAL} failed: " in r.stdout, r.stdout
+    docker("rmi", f"127.0.0.1:{port}/{MINIMAL}", check=False)
 
 
 def test_the_builtin_images_are_never_pulled(minimal_image: str) -> None:

@@ -1,8 +1,9 @@
-// Image profiles: the embedded images/*.profile files and their parser.
+// Image profiles (the embedded images/*.profile files and their parser) and registry names.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
+#include "docker/registry.hpp"
 #include "image/profiles.hpp"
 
 using namespace cubicle::image;
@@ -55,4 +56,23 @@ TEST(Profiles, RecipeDigestFollowsTheProfileAndTheSuite) {
     EXPECT_EQ(recipe_digest(a, "bookworm").size(), 16u);
     EXPECT_NE(recipe_digest(a, "bookworm"), recipe_digest(b, "bookworm"));
     EXPECT_NE(recipe_digest(a, "bookworm"), recipe_digest(a, "trixie"));
+}
+
+// Registries (docker/registry.hpp): `cubicle image build --push` and Swarm's derived images.
+TEST(Registries, TheFirstPartOfANameIsARegistryOnlyWhenItIsAHost) {
+    EXPECT_EQ(cubicle::docker::registry_of("cubicle/sandbox:latest"), "");
+    EXPECT_EQ(cubicle::docker::registry_of("python:3"), "");
+    EXPECT_EQ(cubicle::docker::registry_of("127.0.0.1:5000/cubicle/sandbox:latest"), "127.0.0.1:5000");
+    EXPECT_EQ(cubicle::docker::registry_of("localhost/x"), "localhost");
+    EXPECT_EQ(cubicle::docker::registry_of("registry.example.com/team/x:1"), "registry.example.com");
+}
+
+TEST(Registries, ANameMovesToAnotherRegistryKeepingItsPath) {
+    using cubicle::docker::in_registry;
+    EXPECT_EQ(in_registry("127.0.0.1:5000", "cubicle/sandbox:latest"), "127.0.0.1:5000/cubicle/sandbox:latest");
+    EXPECT_EQ(in_registry("127.0.0.1:5000/", "cubicle/sandbox:latest"), "127.0.0.1:5000/cubicle/sandbox:latest");
+    EXPECT_EQ(in_registry("reg.example.com/team", "cubicle/sandbox:latest"), "reg.example.com/team/cubicle/sandbox:latest");
+    EXPECT_EQ(in_registry("localhost:5000", "old.example.com/cubicle/x:1"), "localhost:5000/cubicle/x:1");
+    for (const char* bad : {"", "/", "http://127.0.0.1:5000", "registry", "reg.example.com//x", "a b.example.com"})
+        EXPECT_THROW(in_registry(bad, "cubicle/sandbox:latest"), std::invalid_argument) << bad;
 }
