@@ -46,6 +46,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CUBICLE_BIN = Path(os.environ.get("CUBICLE_BIN", REPO_ROOT / "build" / "cubicle"))
 IMAGE = os.environ.get("CUBICLE_TEST_IMAGE", "cubicle/sandbox-test:latest")
 
+# The session's Swarm (swarm/session.py: the `swarm` and `swarm_agent_image` fixtures), one per run
+# for every suite that asks for it (tests/swarm, and the `swarm` engine of tests/engines).
+pytest_plugins = ["swarm.session"]
+
 MANAGED_LABEL = "io.cubicle.managed"
 INSTANCE_LABEL = "io.cubicle.instance"
 SANDBOX_LABEL = "io.cubicle.sandbox"

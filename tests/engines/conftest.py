@@ -12,6 +12,12 @@ Engines started here (their own processes, stopped afterwards):
   gvisor  the same with `--runtime runsc` (ptrace platform, runsc's own --network=none)
 Remote engines come from tests/engines/remote.py (``ssh_engine(tmp_path)`` and
 ``tls_engine(tmp_path)``, context managers yielding the server's env): see REMOTE below.
+  swarm   --engine swarm on the session's 3-node Swarm (tests/swarm/session.py, shared with
+          tests/swarm): each sandbox a service of one task, its agent dialing home; a sandbox's
+          "container id" is its service's id (SwarmEngine looks its task's container up)
+
+What an engine cannot do by design is one table per engine (Engine.cannot: test name -> reason),
+reported as skips with the reason by an autouse fixture; nothing else is skipped.
 
 CUBICLE_TEST_ENGINES=docker,podman limits the run to those engines.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import shutil
 import signal
@@ -29,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +55,7 @@ class Engine:
     name: str
     env: dict[str, str]                       # for the cubicle server: DOCKER_HOST and friends
     args: list[str] = field(default_factory=list)  # extra server flags (--runtime runsc)
-    # Cases this engine cannot pass, with the reason (reported as skips).
+    # Tests (by function name) this engine cannot pass, with the reason (reported as skips).
     cannot: dict[str, str] = field(default_factory=dict)
     runtime: str = ""                         # the OCI runtime sandboxes run under
     # The docker CLI's own environment when it differs from the server's (the CLI
@@ -65,6 +73,26 @@ class Engine:
     def container_ids(self, label: str) -> list[str]:
         out = self.cli("ps", "-aq", "--no-trunc", "--filter", f"label={label}").stdout
         return [line.strip() for line in out.splitlines() if line.strip()]
+
+    # What the tests look up of a sandbox's host (its `container_id`): a container here.
+
+    def host_exists(self, host_id: str) -> bool:
+        return self.cli("inspect", host_id, check=False).returncode == 0
+
+    def host_labels(self, host_id: str) -> dict[str, str]:
+        return json.loads(self.cli("inspect", "--format", "{{json .Config.Labels}}", host_id).stdout) or {}
+
+    def host_config(self, host_id: str) -> dict:
+        """The HostConfig of the container that runs the sandbox."""
+        return json.loads(self.cli("inspect", "--format", "{{json .HostConfig}}", host_id).stdout)
+
+    def agent_volume(self, host_id: str) -> str | None:
+        """The name of the server's agent volume, checked to be the container's one read-only
+        agent mount (None where the agent is not in a volume)."""
+        mounts = json.loads(self.cli("inspect", "--format", "{{json .Mounts}}", host_id).stdout)
+        agent = [m for m in mounts if m["Destination"] == "/opt/cubicle"]
+        assert len(agent) == 1 and agent[0]["Type"] == "volume" and agent[0]["RW"] is False, mounts
+        return agent[0]["Name"]
 
     def skip_unless(self, case: str) -> None:
         if case in self.cannot:
@@ -252,7 +280,7 @@ def gvisor_engine(tmp: Path) -> Iterator[Engine]:
 
 # What gVisor on this machine cannot do, with the reason (the tests skip these cases).
 GVISOR_CANNOT: dict[str, str] = {
-    "workspaces": "a workspace's private directory (mode 0700, owned by the workspace's uid) is made with PUT /archive "
+    "test_workspaces": "a workspace's private directory (mode 0700, owned by the workspace's uid) is made with PUT /archive "
                   "on the running shared container, which Podman cannot do under runsc (mkdir /workspace: read-only file "
                   "system); no process in the sandbox can make it instead: giving it to another uid needs CAP_CHOWN, and "
                   "sandboxes run with no capabilities",
@@ -318,10 +346,97 @@ def remote(factory: str) -> Callable[[Path], contextlib.AbstractContextManager[E
 
 
 # --------------------------------------------------------------------------
+# Swarm (tests/swarm: the session's cluster and the agent's image on every node)
+# --------------------------------------------------------------------------
+
+# What the Swarm placement cannot do by design (SwarmPlacement::offers(), swarm_placement.hpp: no
+# pause, no archive or exec through the manager, no volume of the manager's host, no egress), by
+# the test it rules out, with the reason (the tests skip these).
+SWARM_CANNOT: dict[str, str] = {
+    "test_workspaces": "shared-container workspaces need the Engine API to reach the shared container (PUT /archive "
+                       "makes each workspace's private directory, Docker exec is the fallback): the manager's API "
+                       "reaches no task on another node, so --engine swarm refuses them (offers().container)",
+    "test_upload_into_an_image_without_tar": "without tar in the image an upload falls back on PUT /archive, which "
+                                             "reaches no task on another node (offers().container); and only the "
+                                             "operator's images run on Swarm (offers().any_image): the no-tar "
+                                             "image is refused before",
+}
+
+# Swarm reserves what a sandbox may use: 3 nodes of this machine's 2 CPUs hold 6 at 1 CPU each.
+SWARM_CPUS = "0.25"
+
+
+@dataclass
+class SwarmEngine(Engine):
+    """The session's Swarm: `cli` speaks to its manager; a sandbox's host is a service there,
+    run by one task whose container is on a node Swarm chose."""
+    swarm: Any = None  # swarm.cluster.Swarm
+
+    def _service(self, service: str, template: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.cli("service", "inspect", "--format", template, service, check=check)
+
+    def task_container(self, service: str) -> tuple[int, str]:
+        """(node index, container id) of the service's task meant to run."""
+        tasks = self.cli("service", "ps", "-q", "--no-trunc", "--filter", "desired-state=running", service).stdout.split()
+        assert len(tasks) == 1, f"service {service} has tasks {tasks}"
+        node_id, container = self.cli("inspect", "--format", "{{.NodeID}} {{.Status.ContainerStatus.ContainerID}}",
+                                      tasks[0]).stdout.split()
+        (index,) = [n.index for n in self.swarm.nodes if n.node_id == node_id]
+        return index, container
+
+    def _inspect_task_container(self, service: str, template: str) -> str:
+        index, container = self.task_container(service)
+        return self.swarm.docker(index, "inspect", "--format", template, container, timeout=30).stdout
+
+    def host_exists(self, host_id: str) -> bool:
+        return self._service(host_id, "{{.ID}}", check=False).returncode == 0
+
+    def host_labels(self, host_id: str) -> dict[str, str]:
+        return json.loads(self._service(host_id, "{{json .Spec.Labels}}").stdout) or {}
+
+    def host_config(self, host_id: str) -> dict:
+        return json.loads(self._inspect_task_container(host_id, "{{json .HostConfig}}"))
+
+    def agent_volume(self, host_id: str) -> str | None:
+        """None: on Swarm the agent is in the sandbox's image (derived for this agent, swarm/images.py),
+        checked here: no mount at /opt/cubicle, an image labelled with the agent's digest."""
+        mounts = json.loads(self._inspect_task_container(host_id, "{{json .Mounts}}"))
+        assert not [m for m in mounts if m["Destination"].startswith("/opt/cubicle")], mounts
+        image = self._service(host_id, "{{.Spec.TaskTemplate.ContainerSpec.Image}}").stdout.strip()
+        labels = json.loads(self.cli("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
+        from swarm.images import agent_digest
+        assert labels.get("io.cubicle.agent-digest") == agent_digest(), (image, labels)
+        return None
+
+    def container_ids(self, label: str) -> list[str]:
+        """Services carrying `label` on the manager, and containers carrying it on any node."""
+        found = self.cli("service", "ls", "-q", "--filter", f"label={label}").stdout.split()
+        for node in self.swarm.nodes:
+            out = self.swarm.docker(node.index, "ps", "-aq", "--no-trunc", "--filter", f"label={label}", timeout=30,
+                                    check=False).stdout
+            found += out.split()
+        return found
+
+
+@contextlib.contextmanager
+def swarm_engine(tmp: Path, swarm: Any, swarm_agent_image: str) -> Iterator[Engine]:
+    """A server started as tests/swarm/test_swarm_engine.py's `srv`: the manager's socket, the
+    agents dialing home to this host's address on the swarm's network."""
+    yield SwarmEngine("swarm", {"DOCKER_HOST": swarm.manager_host},
+                      args=["--engine", "swarm", "--docker-host", swarm.manager_host, "--agent-channel", "tcp",
+                            "--agent-listen", f"{swarm.host_address}:0", "--cpus", SWARM_CPUS],
+                      cannot=SWARM_CANNOT, swarm=swarm)
+
+
+# The session fixtures an engine's context manager takes beside its temp directory (by name).
+swarm_engine.fixtures = ("swarm", "swarm_agent_image")  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------
 # the table
 # --------------------------------------------------------------------------
 
-ENGINES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Engine]]] = {
+ENGINES: dict[str, Callable[..., contextlib.AbstractContextManager[Engine]]] = {
     "docker": local_docker,
     "docker-tcp": local_docker_dialing_home,
     "podman": podman_engine,
@@ -329,6 +444,7 @@ ENGINES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Engine]]] 
     # Remote Docker through the endpoints work (tests/engines/remote.py): one line each.
     "ssh": remote("ssh_engine"),
     "tls": remote("tls_engine"),
+    "swarm": swarm_engine,
 }
 
 
@@ -361,14 +477,26 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """The engine under test; the session starts each one once (pytest groups the tests by it)."""
     name = request.param
     if name not in _started:
+        factory = ENGINES[name]
         try:
-            _started[name] = _engine_stack.enter_context(ENGINES[name](tmp_path_factory.mktemp(name)))
+            # A fixture that skips (no Swarm here) makes the engine unavailable; one that fails, fails.
+            fixtures = {f: request.getfixturevalue(f) for f in getattr(factory, "fixtures", ())}
+            _started[name] = _engine_stack.enter_context(factory(tmp_path_factory.mktemp(name), **fixtures))
         except EngineUnavailable as e:
+            _started[name] = str(e)
+        except pytest.skip.Exception as e:
             _started[name] = str(e)
     started = _started[name]
     if isinstance(started, str):
         pytest.skip(f"engine {name} cannot run here: {started}")
     return started
+
+
+@pytest.fixture(autouse=True)
+def _engine_cannot(request: pytest.FixtureRequest) -> None:
+    """Skips, with the reason, a test its engine cannot pass (Engine.cannot, by test name)."""
+    if "engine" in request.fixturenames:
+        request.getfixturevalue("engine").skip_unless(request.node.originalname)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

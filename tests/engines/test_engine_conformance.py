@@ -1,6 +1,8 @@
 """One conformance suite, run on every engine in conftest.ENGINES (local Docker, a Podman
-service, gVisor through Podman, remote Docker over SSH and TLS): cubicle driven through the
-official MCP Python SDK over stdio, checked from inside the sandbox and through the engine.
+service, gVisor through Podman, remote Docker over SSH and TLS, a Swarm through its manager):
+cubicle driven through the official MCP Python SDK over stdio, checked from inside the sandbox
+and through the engine (Engine's look-ups of a sandbox's host: a container, or on Swarm the
+service and its task's container).
 
 A case an engine cannot pass is skipped with the reason (Engine.cannot), never passed."""
 
@@ -8,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -34,9 +35,11 @@ def host_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("host-files")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def srv(engine: Engine, host_dir: Path):
-    """One server per engine for the cases that need nothing special."""
+    """One server per engine for the cases that need nothing special, stopped when the module's
+    tests on that engine are done (not at the session's end: a later suite sharing the engine,
+    tests/swarm on the session's Swarm, finds nothing of it there)."""
     async with serve(engine, "--allow-host-dir", str(host_dir), tag="shared") as s:
         yield s
 
@@ -52,14 +55,6 @@ async def over_the_limit(engine: Engine, srv, arguments: dict) -> None:
     sc = r.structured_content
     assert sc["timed_out"] is True or sc["exit_code"] != 0, run_text(sc)
     assert "allocated" not in sc["stdout"], run_text(sc)
-
-
-def shared_agent_volume(engine: Engine, cid: str) -> str:
-    """The name of the server's agent volume, checked to be the container's one read-only agent mount."""
-    mounts = json.loads(engine.cli("inspect", "--format", "{{json .Mounts}}", cid).stdout)
-    agent = [m for m in mounts if m["Destination"] == "/opt/cubicle"]
-    assert len(agent) == 1 and agent[0]["Type"] == "volume" and agent[0]["RW"] is False, mounts
-    return agent[0]["Name"]
 
 
 def expected_channel(engine: Engine) -> str:
@@ -88,9 +83,8 @@ async def test_lifecycle(engine: Engine):
         assert sc["stdout"] == "42\n", run_text(sc)
         box = await s.new_sandbox()
         cid = box["container_id"]
-        labels = json.loads(engine.cli("inspect", "--format", "{{json .Config.Labels}}", cid).stdout)
-        instance = labels[INSTANCE_LABEL]
-        agent_volume = shared_agent_volume(engine, cid)
+        instance = engine.host_labels(cid)[INSTANCE_LABEL]
+        agent_volume = engine.agent_volume(cid)
         (status,) = (await s.ok("get_sandbox_status", {"sandbox_id": box["sandbox_id"]}))["sandboxes"]
         assert status["agent_channel"] == expected_channel(engine), status
         state = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "x = 41"})
@@ -98,14 +92,14 @@ async def test_lifecycle(engine: Engine):
         sc = await s.ok("execute_code", {"sandbox_id": box["sandbox_id"], "code": "print(x + 1)"})
         assert sc["stdout"] == "42\n", run_text(sc)
         await s.ok("stop_sandbox", {"sandbox_id": box["sandbox_id"]})
-        assert await asyncio.to_thread(wait_until, lambda: engine.cli("inspect", cid, check=False).returncode != 0, 15), \
-            "stop_sandbox left the container"
+        assert await asyncio.to_thread(wait_until, lambda: not engine.host_exists(cid), 15), "stop_sandbox left the container"
     # The server's exit removes its warm pool and everything else it made.
     assert await asyncio.to_thread(wait_until, lambda: not engine.container_ids(f"{INSTANCE_LABEL}={instance}"), 20), \
         f"containers of instance {instance} left after the server stopped"
     # The agent volume is shared by the servers of one agent and kept for the next (agent_volume.hpp):
     # what must go is this server's container holding it, which the check above covers.
-    assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
+    if agent_volume is not None:
+        assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
 
 
 # --------------------------------------------------------------------------
@@ -136,7 +130,7 @@ async def test_limits_enforced(engine: Engine, srv):
             assert int(memory) == ceiling_mb << 20, r
         if pids != "-":
             assert int(pids) == PIDS + overhead_pids, r
-        host = json.loads(engine.cli("inspect", "--format", "{{json .HostConfig}}", box["container_id"]).stdout)
+        host = await asyncio.to_thread(engine.host_config, box["container_id"])
         assert host["PidsLimit"] == PIDS + overhead_pids and host["Memory"] == ceiling_mb << 20, host
         # Enforced, not only set: a leaking program is stopped at memory_mb, not at the ceiling.
         sc = await srv.ok("execute_code", {"sandbox_id": sid, "code": LEAK, "fresh": True, "timeout_s": 60}, timeout=90)
@@ -219,7 +213,6 @@ async def test_cancel_kills_the_program(engine: Engine, srv):
 
 
 async def test_files(engine: Engine, srv):
-    engine.skip_unless("files")
     box = await srv.new_sandbox()
     sid = box["sandbox_id"]
     try:
@@ -300,7 +293,6 @@ async def test_upload_into_an_image_without_tar(engine: Engine, srv, host_dir: P
 
 
 async def test_workspaces(engine: Engine, srv):
-    engine.skip_unless("workspaces")
     a = await srv.new_sandbox(workspace=True)
     b = await srv.new_sandbox(workspace=True)
     try:
@@ -324,19 +316,20 @@ async def test_orphans_of_a_dead_server_are_removed(engine: Engine):
         await asyncio.to_thread(dead.initialize)
         box = await asyncio.to_thread(dead.ok, "initialize_sandbox", {})
         cid = box["container_id"]
-        agent_volume = shared_agent_volume(engine, cid)
+        agent_volume = engine.agent_volume(cid)
         dead.proc.kill()  # no cleanup of its own
         await asyncio.to_thread(dead.proc.wait, 10)
-        assert engine.cli("inspect", cid, check=False).returncode == 0, "the container vanished with its server"
+        assert engine.host_exists(cid), "the container vanished with its server"
     finally:
         dead.terminate_hard()
     # Another server on the same engine finds the dead server's container and removes it.
     async with serve(engine, "--pool-size", "0", tag="sweeper"):
-        assert await asyncio.to_thread(wait_until, lambda: engine.cli("inspect", cid, check=False).returncode != 0, 30), \
+        assert await asyncio.to_thread(wait_until, lambda: not engine.host_exists(cid), 30), \
             f"the dead server's container {cid[:12]} was not removed"
         # Its holder of the shared agent volume went with its container; the volume stays for the
         # servers of that agent (agent_volume.hpp).
-        assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
+        if agent_volume is not None:
+            assert engine.cli("volume", "inspect", agent_volume, check=False).returncode == 0, f"agent volume {agent_volume} gone"
 
 
 async def test_fork_bomb_contained(engine: Engine, srv):
@@ -360,6 +353,7 @@ async def test_no_root_no_capabilities(engine: Engine, srv):
 async def test_a_runtime_the_engine_lacks_is_refused_with_the_reason(engine: Engine):
     if engine.runtime == "runsc":
         pytest.skip(f"{engine.name} runs runsc: nothing to refuse")
-    async with start_server("--runtime", "runsc", "--pool-size", "0", env=engine.env, tag=f"{engine.name}-no-runsc") as s:
+    async with start_server(*engine.args, "--runtime", "runsc", "--pool-size", "0", env=engine.env,
+                            tag=f"{engine.name}-no-runsc") as s:
         kind, text = await s.tool_error("initialize_sandbox", {})
         assert kind == "isError" and "runsc" in text and ("daemon.json" in text or "system service" in text), text

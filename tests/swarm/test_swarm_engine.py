@@ -14,11 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
 import json
-import os
 import subprocess
-import tarfile
 import time
 from pathlib import Path
 
@@ -26,11 +23,11 @@ import pytest
 
 from conftest import CUBICLE_BIN, IMAGE, async_wait_until, result_text, server_args, server_env, start_server
 
-from .cluster import Swarm, skip_reason
+from .cluster import skip_reason
+from .images import AGENT
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason() or "")
 
-AGENT = CUBICLE_BIN.parent / "src" / "agent" / "cubicle-agent"
 MEMORY_MB = 128
 PIDS = 64
 
@@ -61,52 +58,14 @@ except OSError as e:
 """
 
 
-def derived_image(base: str) -> str:
-    """The image the server runs on Swarm (swarm_placement.cpp's derived_name and policy.cpp's
-    agent_image_context): built here on the host, then loaded onto every node, as an operator
-    without a registry would (the server builds it on the manager alone)."""
-    agent = AGENT.read_bytes()
-    digest = hashlib.sha256(agent).hexdigest()
-    repository, _, tag = base.rpartition(":")
-    name = f"{repository}:{tag}-agent-{digest[:12]}"
-    dockerfile = (f"FROM {base}\nUSER 0\nCOPY agent /opt/cubicle/agent\n"
-                  "RUN find / -xdev -type f -perm /6000 -exec chmod ug-s {} + ; "
-                  'test -z "$(find / -xdev -type f -perm /6000)"\n'
-                  f"LABEL io.cubicle.agent-digest={digest} io.cubicle.agent-base={base}\nUSER 1000:1000\n")
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for entry, data, mode in (("Dockerfile", dockerfile.encode(), 0o644), ("agent", agent, 0o755)):
-            info = tarfile.TarInfo(entry)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    subprocess.run(["docker", "build", "-q", "-t", name, "-"], input=context.getvalue(), check=True,
-                   capture_output=True, timeout=300)
-    return name
+@pytest.fixture(scope="module")
+def cluster(swarm):
+    """The session's Swarm (swarm/session.py), shared with tests/engines' `swarm` engine."""
+    return swarm
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
-    """The harness's session Swarm when its conftest offers one, else one of this module's own."""
-    with contextlib.suppress(pytest.FixtureLookupError):
-        yield request.getfixturevalue("swarm")
-        return
-    if state := os.environ.get("CUBICLE_SWARM_STATE"):  # one made with `python3 -m tests.swarm.cluster up --state FILE`
-        yield Swarm.from_state(state)
-        return
-    with Swarm.up(nodes=3, images=[IMAGE]) as sw:
-        yield sw
-
-
-@pytest.fixture(scope="module")
-def derived(cluster):
-    name = derived_image(IMAGE)
-    cluster.load_image(name)
-    yield name
-    subprocess.run(["docker", "rmi", name], capture_output=True)
-
-
-@pytest.fixture(scope="module")
-async def srv(cluster, derived, tmp_path_factory):
+async def srv(cluster, swarm_agent_image, tmp_path_factory):
     host_dir = tmp_path_factory.mktemp("swarm-host")
     args = ["--engine", "swarm", "--docker-host", f"unix://{cluster.manager_socket}",
             "--agent-channel", "tcp", "--agent-listen", f"{cluster.host_address}:0",
