@@ -29,7 +29,7 @@ std::string help() {
         "usage: cubicle image build [PROFILE...] [--force] [--push REGISTRY]\n"
         "                                                    build images (default: every sandbox profile); --push\n"
         "                                                    also tags each REGISTRY/NAME and pushes it there (for\n"
-        "                                                    --engine swarm, whose nodes pull: --image REGISTRY/NAME)\n"
+        "                                                    --engine swarm, whose nodes pull: --default-image REGISTRY/NAME)\n"
         "       cubicle image list                           the profiles and whether their images are current\n"
         "       cubicle image dockerfile PROFILE             print the profile as a Dockerfile (images/PROFILE.Dockerfile)\n\n"
         "Images are built offline from this machine's apt sources with mmdebstrap (needs root) and\n"
